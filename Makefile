@@ -1,0 +1,26 @@
+# vq_job: durable delayed-job queue and transactional outbox for PostgreSQL (PGXS build).
+EXTENSION    = vq_job
+EXTVERSION   = 0.1.0
+MODULE_big   = vq_job
+OBJS         = src/vq_job.o src/shmem.o src/registry.o src/resolve.o src/enqueue.o \
+               src/context.o src/backoff.o
+DATA         = $(wildcard sql/vq_job--*.sql)
+PG_CONFIG   ?= pg_config
+
+# Warnings are errors: the server's CFLAGS plus -Wextra (minus the two the headers trip).
+PG_CFLAGS   += -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
+
+# pg_regress: scripts in test/sql, expected output in expected/ (test/expected links to it).
+REGRESS      = $(patsubst test/sql/%.sql,%,$(sort $(wildcard test/sql/*.sql)))
+REGRESS_OPTS = --inputdir=test --outputdir=test --load-extension=vq_job
+
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+.PHONY: run test bench
+run:
+	./scripts/run
+test:
+	./scripts/test
+bench:
+	./scripts/bench

@@ -1,0 +1,832 @@
+-- vq_job 0.1.0: schema vq (tables, types, views) and the vq_* functions.
+-- Every function body qualifies what it uses (pg_catalog.*, vq.*, OPERATOR(pg_catalog.=))
+-- and every plpgsql function pins search_path, so a hostile object earlier on a caller's
+-- search_path cannot change what these functions do.
+
+\echo Use "CREATE EXTENSION vq_job" to load this file. \quit
+
+CREATE SCHEMA vq;
+COMMENT ON SCHEMA vq IS 'vq_job: queues, handlers, jobs, history, logs and outbox';
+GRANT USAGE ON SCHEMA vq TO PUBLIC;
+
+-- States a job row can be in. A future job is ENQUEUED with a future scheduled_at.
+CREATE TYPE vq.job_state AS ENUM ('ENQUEUED', 'RUNNING', 'COMPLETED', 'DEAD_LETTER', 'CANCELLED');
+
+-- What a function handler with a two-argument signature receives besides the payload.
+CREATE TYPE vq.job_context AS (
+    execution_id    uuid,
+    job_id          text,
+    handler         text,
+    queue           text,
+    priority        integer,
+    attempt_number  integer,
+    max_attempts    integer,
+    scheduled_at    timestamptz,
+    metadata        jsonb
+);
+
+-- Named queues with their polling, concurrency and retry-backoff settings.
+CREATE TABLE vq.queue (
+    name                   text PRIMARY KEY
+                           CONSTRAINT queue_name_format CHECK (name OPERATOR(pg_catalog.~) '^[a-zA-Z0-9._-]{1,128}$'),
+    sleep_delay_ms         integer NOT NULL DEFAULT 5000    CONSTRAINT queue_sleep_delay_ms_positive CHECK (sleep_delay_ms > 0),
+    max_concurrent_jobs    integer NOT NULL DEFAULT 5       CONSTRAINT queue_max_concurrent_jobs_positive CHECK (max_concurrent_jobs > 0),
+    backoff_strategy       text    NOT NULL DEFAULT 'LINEAR'
+                           CONSTRAINT queue_backoff_strategy_known CHECK (backoff_strategy IN ('FIXED', 'LINEAR', 'EXPONENTIAL')),
+    backoff_base_delay_ms  integer NOT NULL DEFAULT 30000   CONSTRAINT queue_backoff_base_delay_ms_positive CHECK (backoff_base_delay_ms > 0),
+    backoff_max_delay_ms   integer NOT NULL DEFAULT 3600000 CONSTRAINT queue_backoff_max_delay_ms_positive CHECK (backoff_max_delay_ms > 0),
+    instances              integer NOT NULL DEFAULT 1       CONSTRAINT queue_instances_positive CHECK (instances > 0),
+    paused                 boolean NOT NULL DEFAULT false,
+    created_at             timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    updated_at             timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+INSERT INTO vq.queue (name) VALUES ('default');
+
+-- Registered handlers: a function (by OID and fixed signature) or a NOTIFY channel.
+-- queue/priority/max_attempts are the contract defaults; all NULL for a plain handler.
+CREATE TABLE vq.handler (
+    name           text PRIMARY KEY
+                   CONSTRAINT handler_name_format CHECK (name OPERATOR(pg_catalog.~) '^[a-zA-Z0-9._-]{1,128}$'),
+    kind           text NOT NULL CONSTRAINT handler_kind_known CHECK (kind IN ('function', 'notify')),
+    fn             regprocedure,
+    takes_context  boolean NOT NULL DEFAULT false,
+    channel        text,
+    address        text NOT NULL,   -- dispatch address persisted on each job: 'schema.fn(args)' or 'notify:channel'
+    queue          text REFERENCES vq.queue (name),
+    priority       integer,
+    max_attempts   integer CONSTRAINT handler_max_attempts_range CHECK (max_attempts BETWEEN 1 AND 1000),
+    registered_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    CONSTRAINT handler_target_matches_kind CHECK (
+        (kind = 'function' AND fn IS NOT NULL AND channel IS NULL) OR
+        (kind = 'notify' AND channel IS NOT NULL AND fn IS NULL))
+);
+
+-- Per-handler configuration overrides (the seed's delayedJob.contracts.{name}.*).
+-- A NULL field inherits the handler's default. May name a handler registered later.
+CREATE TABLE vq.contract_override (
+    handler       text PRIMARY KEY
+                  CONSTRAINT contract_override_handler_format CHECK (handler OPERATOR(pg_catalog.~) '^[a-zA-Z0-9._-]{1,128}$'),
+    queue         text REFERENCES vq.queue (name),
+    priority      integer,
+    max_attempts  integer CONSTRAINT contract_override_max_attempts_range CHECK (max_attempts BETWEEN 1 AND 1000),
+    updated_at    timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+
+-- One row per logical job, reused across attempts.
+CREATE TABLE vq.job (
+    execution_id        uuid PRIMARY KEY,
+    state               vq.job_state NOT NULL,
+    priority            integer NOT NULL,
+    attempt_number      integer NOT NULL DEFAULT 0,
+    max_attempts        integer NOT NULL,
+    scheduled_at        timestamptz NOT NULL,
+    created_at          timestamptz NOT NULL,
+    updated_at          timestamptz NOT NULL,
+    enqueued_by         regrole NOT NULL,
+    queue               text NOT NULL,
+    job_id              text NOT NULL,
+    handler             text NOT NULL,
+    handler_address     text NOT NULL,
+    payload             jsonb,
+    metadata            jsonb NOT NULL,
+    started_at          timestamptz,
+    finished_at         timestamptz,
+    worker_pid          integer,
+    cancel_requested    boolean NOT NULL DEFAULT false,
+    last_error          text,
+    progress_total      bigint,
+    progress_succeeded  bigint,
+    progress_failed     bigint
+);
+-- The claim path: due ENQUEUED rows of a queue, highest priority first, then earliest.
+CREATE INDEX job_claim_idx ON vq.job (queue, priority DESC, scheduled_at) WHERE state = 'ENQUEUED';
+-- job_id is an idempotency key among unfinished jobs.
+CREATE UNIQUE INDEX job_active_job_id_key ON vq.job (job_id) WHERE state IN ('ENQUEUED', 'RUNNING');
+
+-- Exactly one row per state transition of a job.
+CREATE TABLE vq.job_transition (
+    id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    execution_id    uuid NOT NULL,
+    attempt_number  integer NOT NULL,
+    kind            text NOT NULL CONSTRAINT job_transition_kind_known CHECK (kind IN
+                    ('CLAIMED', 'COMPLETED', 'FAILED', 'ABANDONED', 'CANCELLED', 'REDRIVEN')),
+    from_state      vq.job_state NOT NULL,
+    to_state        vq.job_state NOT NULL,
+    error           text,
+    at              timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp()
+);
+CREATE INDEX job_transition_execution_idx ON vq.job_transition (execution_id, id);
+
+-- Structured logs written by handlers through vq_log(); kept even when the attempt fails.
+CREATE TABLE vq.job_log (
+    id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    execution_id    uuid NOT NULL,
+    attempt_number  integer NOT NULL,
+    level           text NOT NULL CONSTRAINT job_log_level_known CHECK (level IN ('DEBUG', 'INFO', 'WARN', 'ERROR')),
+    message         text NOT NULL,
+    fields          jsonb,
+    logged_at       timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp()
+);
+CREATE INDEX job_log_execution_idx ON vq.job_log (execution_id, id);
+
+-- Transactional outbox: rows written in the business transaction, relayed after commit.
+CREATE TABLE vq.outbox (
+    id                bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    destination_type  text NOT NULL,
+    destination       text NOT NULL,
+    payload           jsonb,
+    headers           jsonb NOT NULL DEFAULT '{}',
+    metadata          jsonb NOT NULL DEFAULT '{}',
+    scheduled_at      timestamptz,
+    status            text NOT NULL DEFAULT 'PENDING'
+                      CONSTRAINT outbox_status_known CHECK (status IN ('PENDING', 'PUBLISHED', 'FAILED')),
+    attempts          integer NOT NULL DEFAULT 0,
+    next_attempt_at   timestamptz,
+    last_error        text,
+    published_by      regrole NOT NULL,
+    created_at        timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    updated_at        timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    published_at      timestamptz
+);
+CREATE INDEX outbox_pending_idx ON vq.outbox (destination_type, destination, next_attempt_at) WHERE status = 'PENDING';
+
+-- User data in these tables survives pg_dump / restore (the default queue comes from the script).
+SELECT pg_catalog.pg_extension_config_dump('vq.queue', $$WHERE name <> 'default'$$);
+SELECT pg_catalog.pg_extension_config_dump('vq.handler', '');
+SELECT pg_catalog.pg_extension_config_dump('vq.contract_override', '');
+SELECT pg_catalog.pg_extension_config_dump('vq.job', '');
+SELECT pg_catalog.pg_extension_config_dump('vq.job_transition', '');
+SELECT pg_catalog.pg_extension_config_dump('vq.job_log', '');
+SELECT pg_catalog.pg_extension_config_dump('vq.outbox', '');
+
+------------------------------------------------------------------------------
+-- Privileges: nobody but the owner writes these tables directly. Configuration is
+-- readable by everyone; a role sees only the jobs, history, logs and outbox rows of
+-- roles it is a member of (row-level security; the owner and superusers see all).
+------------------------------------------------------------------------------
+REVOKE ALL ON ALL TABLES IN SCHEMA vq FROM PUBLIC;
+GRANT SELECT ON vq.queue, vq.handler, vq.contract_override TO PUBLIC;
+GRANT SELECT ON vq.job, vq.job_transition, vq.job_log, vq.outbox TO PUBLIC;
+
+ALTER TABLE vq.job ENABLE ROW LEVEL SECURITY;
+CREATE POLICY job_visible_to_enqueuer ON vq.job FOR SELECT
+    USING (pg_catalog.pg_has_role(CURRENT_USER, enqueued_by, 'MEMBER'));
+
+ALTER TABLE vq.job_transition ENABLE ROW LEVEL SECURITY;
+CREATE POLICY job_transition_visible_to_enqueuer ON vq.job_transition FOR SELECT
+    USING (EXISTS (SELECT 1 FROM vq.job j
+                   WHERE j.execution_id OPERATOR(pg_catalog.=) job_transition.execution_id));
+
+ALTER TABLE vq.job_log ENABLE ROW LEVEL SECURITY;
+CREATE POLICY job_log_visible_to_enqueuer ON vq.job_log FOR SELECT
+    USING (EXISTS (SELECT 1 FROM vq.job j
+                   WHERE j.execution_id OPERATOR(pg_catalog.=) job_log.execution_id));
+
+ALTER TABLE vq.outbox ENABLE ROW LEVEL SECURITY;
+CREATE POLICY outbox_visible_to_publisher ON vq.outbox FOR SELECT
+    USING (pg_catalog.pg_has_role(CURRENT_USER, published_by, 'MEMBER'));
+
+------------------------------------------------------------------------------
+-- Registry cache invalidation: a change to queues, handlers or overrides invalidates
+-- the per-backend registry cache of every session at commit.
+------------------------------------------------------------------------------
+CREATE FUNCTION vq.registry_changed() RETURNS trigger
+    LANGUAGE c AS 'MODULE_PATHNAME', 'vq_registry_changed';
+REVOKE ALL ON FUNCTION vq.registry_changed() FROM PUBLIC;
+
+CREATE TRIGGER queue_registry_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON vq.queue
+    FOR EACH STATEMENT EXECUTE FUNCTION vq.registry_changed();
+CREATE TRIGGER handler_registry_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON vq.handler
+    FOR EACH STATEMENT EXECUTE FUNCTION vq.registry_changed();
+CREATE TRIGGER contract_override_registry_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON vq.contract_override
+    FOR EACH STATEMENT EXECUTE FUNCTION vq.registry_changed();
+
+------------------------------------------------------------------------------
+-- Enqueue (C). Join the caller's transaction; validate before touching any table.
+------------------------------------------------------------------------------
+CREATE FUNCTION vq_enqueue(
+    handler       text,
+    payload       jsonb       DEFAULT NULL,
+    run_at        timestamptz DEFAULT NULL,
+    queue         text        DEFAULT NULL,
+    priority      integer     DEFAULT NULL,
+    max_attempts  integer     DEFAULT NULL,
+    job_id        text        DEFAULT NULL,
+    metadata      jsonb       DEFAULT NULL)
+RETURNS uuid
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'vq_enqueue';
+COMMENT ON FUNCTION vq_enqueue(text, jsonb, timestamptz, text, integer, integer, text, jsonb)
+    IS 'enqueue a job in the current transaction; returns its execution_id';
+
+CREATE FUNCTION vq_enqueue_in(
+    handler       text,
+    payload       jsonb,
+    delay         interval,
+    queue         text    DEFAULT NULL,
+    priority      integer DEFAULT NULL,
+    max_attempts  integer DEFAULT NULL,
+    job_id        text    DEFAULT NULL,
+    metadata      jsonb   DEFAULT NULL)
+RETURNS uuid
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'vq_enqueue_in';
+COMMENT ON FUNCTION vq_enqueue_in(text, jsonb, interval, text, integer, integer, text, jsonb)
+    IS 'enqueue a job due clock_timestamp() + delay (resolved at call time)';
+
+CREATE FUNCTION vq_enqueue_many(
+    handler       text,
+    payloads      jsonb[],
+    run_at        timestamptz DEFAULT NULL,
+    queue         text        DEFAULT NULL,
+    priority      integer     DEFAULT NULL,
+    max_attempts  integer     DEFAULT NULL,
+    job_ids       text[]      DEFAULT NULL,
+    metadata      jsonb       DEFAULT NULL)
+RETURNS uuid[]
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'vq_enqueue_many';
+COMMENT ON FUNCTION vq_enqueue_many(text, jsonb[], timestamptz, text, integer, integer, text[], jsonb)
+    IS 'enqueue one job per payload in one statement; returns the execution_ids in order';
+
+------------------------------------------------------------------------------
+-- Durable context bound to the session; merged into the metadata of every job enqueued.
+------------------------------------------------------------------------------
+CREATE FUNCTION vq_context_set(namespace text, value jsonb) RETURNS void
+    LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'vq_context_set';
+CREATE FUNCTION vq_context_clear(namespace text DEFAULT NULL) RETURNS void
+    LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'vq_context_clear';
+CREATE FUNCTION vq_context() RETURNS jsonb
+    LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'vq_context';
+
+------------------------------------------------------------------------------
+-- Resolution (C).
+------------------------------------------------------------------------------
+CREATE FUNCTION vq_resolve_target(
+    target_id text,
+    OUT target_id text, OUT handler_name text, OUT handler_address text,
+    OUT queue text, OUT priority integer, OUT max_attempts integer)
+RETURNS record
+LANGUAGE c STABLE STRICT PARALLEL RESTRICTED
+AS 'MODULE_PATHNAME', 'vq_resolve_target';
+
+CREATE FUNCTION vq_supported_target_ids() RETURNS SETOF text
+    LANGUAGE c STABLE PARALLEL RESTRICTED AS 'MODULE_PATHNAME', 'vq_supported_target_ids';
+
+CREATE FUNCTION vq_backoff_delay(strategy text, base_ms integer, max_ms integer, attempt integer)
+RETURNS interval
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'vq_backoff_delay';
+
+------------------------------------------------------------------------------
+-- Configuration: queues, contract overrides, handlers. These functions run as the
+-- extension owner with a pinned search_path; EXECUTE is not granted to PUBLIC, so an
+-- administrator decides who may change configuration (GRANT EXECUTE ON FUNCTION ...).
+------------------------------------------------------------------------------
+
+-- Every violation of one queue's settings, each naming the queue and the field.
+-- field_names gives the spelling to report (SQL argument names or the seed's JSON keys).
+CREATE FUNCTION vq.queue_violations(
+    queue_name text, sleep_delay_ms bigint, max_concurrent_jobs bigint, backoff_strategy text,
+    backoff_base_delay_ms bigint, backoff_max_delay_ms bigint, instances bigint,
+    field_names text[] DEFAULT ARRAY['sleep_delay_ms', 'max_concurrent_jobs', 'backoff_strategy',
+                                     'backoff_base_delay_ms', 'backoff_max_delay_ms', 'instances'])
+RETURNS text[]
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v text[] := '{}';
+    nums bigint[] := ARRAY[sleep_delay_ms, max_concurrent_jobs, backoff_base_delay_ms,
+                           backoff_max_delay_ms, instances];
+    num_fields int[] := ARRAY[1, 2, 4, 5, 6];
+BEGIN
+    IF queue_name IS NULL OR queue_name !~ '^[a-zA-Z0-9._-]{1,128}$' THEN
+        v := v || format('queue %s: name must match ^[a-zA-Z0-9._-]{1,128}$',
+                         coalesce(quote_literal(queue_name), 'NULL'));
+        queue_name := coalesce(queue_name, '');
+    END IF;
+    FOR i IN 1 .. 5 LOOP
+        IF nums[i] IS NOT NULL AND (nums[i] <= 0 OR nums[i] > 2147483647) THEN
+            v := v || format('queue "%s": %s must be a positive integer, got %s',
+                             queue_name, field_names[num_fields[i]], nums[i]);
+        END IF;
+    END LOOP;
+    IF backoff_strategy IS NOT NULL AND upper(backoff_strategy) NOT IN ('FIXED', 'LINEAR', 'EXPONENTIAL') THEN
+        v := v || format('queue "%s": %s must be FIXED, LINEAR or EXPONENTIAL, got %s',
+                         queue_name, field_names[3], quote_literal(backoff_strategy));
+    END IF;
+    RETURN v;
+END
+$$;
+
+-- Raise one error listing every violation (message: the first; detail: all of them).
+CREATE FUNCTION vq.raise_violations(violations text[], errcode text, summary text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF coalesce(cardinality(violations), 0) = 0 THEN
+        RETURN;
+    END IF;
+    IF cardinality(violations) = 1 THEN
+        RAISE EXCEPTION USING ERRCODE = errcode, MESSAGE = violations[1];
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = errcode,
+        MESSAGE = format('%s: %s violations: %s', summary, cardinality(violations),
+                         array_to_string(violations, '; ')),
+        DETAIL = array_to_string(violations, E'\n');
+END
+$$;
+
+CREATE FUNCTION vq_create_queue(
+    name                   text,
+    sleep_delay_ms         integer DEFAULT 5000,
+    max_concurrent_jobs    integer DEFAULT 5,
+    backoff_strategy       text    DEFAULT 'LINEAR',
+    backoff_base_delay_ms  integer DEFAULT 30000,
+    backoff_max_delay_ms   integer DEFAULT 3600000,
+    instances              integer DEFAULT 1)
+RETURNS vq.queue
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    q vq.queue;
+BEGIN
+    PERFORM vq.raise_violations(
+        vq.queue_violations(name, sleep_delay_ms, max_concurrent_jobs, backoff_strategy,
+                            backoff_base_delay_ms, backoff_max_delay_ms, instances),
+        'VQ101', 'invalid queue configuration');
+    IF EXISTS (SELECT 1 FROM vq.queue x WHERE x.name OPERATOR(pg_catalog.=) vq_create_queue.name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'VQ101', MESSAGE = format('queue "%s" already exists', name),
+            HINT = 'Use vq_alter_queue() to change it.';
+    END IF;
+    INSERT INTO vq.queue AS x (name, sleep_delay_ms, max_concurrent_jobs, backoff_strategy,
+                               backoff_base_delay_ms, backoff_max_delay_ms, instances)
+    VALUES (name, coalesce(sleep_delay_ms, 5000), coalesce(max_concurrent_jobs, 5),
+            upper(coalesce(backoff_strategy, 'LINEAR')), coalesce(backoff_base_delay_ms, 30000),
+            coalesce(backoff_max_delay_ms, 3600000), coalesce(instances, 1))
+    RETURNING x.* INTO q;
+    RETURN q;
+END
+$$;
+
+-- Change only the settings given (NULL keeps the current value).
+CREATE FUNCTION vq_alter_queue(
+    name                   text,
+    sleep_delay_ms         integer DEFAULT NULL,
+    max_concurrent_jobs    integer DEFAULT NULL,
+    backoff_strategy       text    DEFAULT NULL,
+    backoff_base_delay_ms  integer DEFAULT NULL,
+    backoff_max_delay_ms   integer DEFAULT NULL,
+    instances              integer DEFAULT NULL)
+RETURNS vq.queue
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    q vq.queue;
+BEGIN
+    PERFORM vq.raise_violations(
+        vq.queue_violations(name, sleep_delay_ms, max_concurrent_jobs, backoff_strategy,
+                            backoff_base_delay_ms, backoff_max_delay_ms, instances),
+        'VQ101', 'invalid queue configuration');
+    UPDATE vq.queue AS x SET
+        sleep_delay_ms        = coalesce(vq_alter_queue.sleep_delay_ms, x.sleep_delay_ms),
+        max_concurrent_jobs   = coalesce(vq_alter_queue.max_concurrent_jobs, x.max_concurrent_jobs),
+        backoff_strategy      = coalesce(upper(vq_alter_queue.backoff_strategy), x.backoff_strategy),
+        backoff_base_delay_ms = coalesce(vq_alter_queue.backoff_base_delay_ms, x.backoff_base_delay_ms),
+        backoff_max_delay_ms  = coalesce(vq_alter_queue.backoff_max_delay_ms, x.backoff_max_delay_ms),
+        instances             = coalesce(vq_alter_queue.instances, x.instances),
+        updated_at            = now()
+    WHERE x.name OPERATOR(pg_catalog.=) vq_alter_queue.name
+    RETURNING x.* INTO q;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'VQ004', MESSAGE = format('queue "%s" does not exist', name);
+    END IF;
+    RETURN q;
+END
+$$;
+
+-- Drop a queue nothing refers to any more; the default queue stays.
+CREATE FUNCTION vq_drop_queue(name text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    n bigint;
+BEGIN
+    IF name OPERATOR(pg_catalog.=) 'default' THEN
+        RAISE EXCEPTION USING ERRCODE = 'VQ103', MESSAGE = 'queue "default" cannot be dropped';
+    END IF;
+    -- Serialise against concurrent enqueues and registrations naming this queue.
+    PERFORM 1 FROM vq.queue x WHERE x.name OPERATOR(pg_catalog.=) vq_drop_queue.name FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'VQ004', MESSAGE = format('queue "%s" does not exist', name);
+    END IF;
+    SELECT count(*) INTO n FROM vq.job j
+     WHERE j.queue OPERATOR(pg_catalog.=) vq_drop_queue.name AND j.state IN ('ENQUEUED', 'RUNNING');
+    IF n > 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'VQ103',
+            MESSAGE = format('queue "%s" still holds %s unfinished jobs', name, n);
+    END IF;
+    IF EXISTS (SELECT 1 FROM vq.handler h WHERE h.queue OPERATOR(pg_catalog.=) vq_drop_queue.name)
+       OR EXISTS (SELECT 1 FROM vq.contract_override o WHERE o.queue OPERATOR(pg_catalog.=) vq_drop_queue.name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'VQ103',
+            MESSAGE = format('queue "%s" is the default queue of a handler or contract override', name);
+    END IF;
+    DELETE FROM vq.queue x WHERE x.name OPERATOR(pg_catalog.=) vq_drop_queue.name;
+END
+$$;
+
+-- Every violation of one contract override.
+CREATE FUNCTION vq.override_violations(handler text, queue text, max_attempts bigint,
+                                       queue_field text DEFAULT 'queue',
+                                       max_attempts_field text DEFAULT 'max_attempts')
+RETURNS text[]
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v text[] := '{}';
+BEGIN
+    IF handler IS NULL OR handler !~ '^[a-zA-Z0-9._-]{1,128}$' THEN
+        v := v || format('contract %s: handler name must match ^[a-zA-Z0-9._-]{1,128}$',
+                         coalesce(quote_literal(handler), 'NULL'));
+    END IF;
+    IF max_attempts IS NOT NULL AND max_attempts NOT BETWEEN 1 AND 1000 THEN
+        v := v || format('contract "%s": %s must be between 1 and 1000, got %s',
+                         handler, max_attempts_field, max_attempts);
+    END IF;
+    IF queue IS NOT NULL AND NOT EXISTS (SELECT 1 FROM vq.queue x WHERE x.name OPERATOR(pg_catalog.=) queue) THEN
+        v := v || format('contract "%s": %s "%s" does not exist', handler, queue_field, queue);
+    END IF;
+    RETURN v;
+END
+$$;
+
+-- Set the configuration override of a handler (NULL field = inherit the handler default).
+CREATE FUNCTION vq_set_contract_override(handler text, queue text DEFAULT NULL,
+                                         priority integer DEFAULT NULL, max_attempts integer DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM vq.raise_violations(vq.override_violations(handler, queue, max_attempts),
+                                'VQ101', 'invalid contract override');
+    INSERT INTO vq.contract_override AS o (handler, queue, priority, max_attempts)
+    VALUES (handler, queue, priority, max_attempts)
+    ON CONFLICT ON CONSTRAINT contract_override_pkey DO UPDATE
+       SET queue = excluded.queue, priority = excluded.priority,
+           max_attempts = excluded.max_attempts, updated_at = now();
+END
+$$;
+
+CREATE FUNCTION vq_drop_contract_override(handler text) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    DELETE FROM vq.contract_override o WHERE o.handler OPERATOR(pg_catalog.=) vq_drop_contract_override.handler;
+    RETURN FOUND;
+END
+$$;
+
+-- Apply the seed's configuration shape atomically:
+-- {"queues": {"<name>": {"sleepDelayMs": ..., ...}}, "contracts": {"<handler>": {"maxAttempts": ..., "queue": ..., "priority": ...}}}
+-- Queues named are created or updated (fields omitted keep their value, or the default for a
+-- new queue); contracts named replace that handler's override. All violations are reported at once.
+CREATE FUNCTION vq_configure(config jsonb) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    qkeys constant text[] := ARRAY['sleepDelayMs', 'maxConcurrentJobs', 'backoffStrategy',
+                                   'backoffBaseDelayMs', 'backoffMaxDelayMs', 'instances'];
+    ckeys constant text[] := ARRAY['maxAttempts', 'queue', 'priority'];
+    v text[] := '{}';
+    k text;
+    q record;
+    c record;
+    nums bigint[];
+    i int;
+BEGIN
+    IF config IS NULL OR jsonb_typeof(config) <> 'object' THEN
+        RAISE EXCEPTION USING ERRCODE = 'VQ104', MESSAGE = 'configuration must be a JSON object';
+    END IF;
+    FOR k IN SELECT jsonb_object_keys(config) LOOP
+        IF k NOT IN ('queues', 'contracts') THEN
+            v := v || format('unknown top-level key "%s" (expected "queues" and/or "contracts")', k);
+        ELSIF jsonb_typeof(config -> k) <> 'object' THEN
+            v := v || format('"%s" must be a JSON object', k);
+        END IF;
+    END LOOP;
+    PERFORM vq.raise_violations(v, 'VQ104', 'invalid configuration');
+
+    -- Validate every queue first.
+    FOR q IN SELECT e.key AS name, e.value AS body FROM jsonb_each(coalesce(config -> 'queues', '{}')) e LOOP
+        IF jsonb_typeof(q.body) <> 'object' THEN
+            v := v || format('queue "%s": settings must be a JSON object', q.name);
+            CONTINUE;
+        END IF;
+        FOR k IN SELECT jsonb_object_keys(q.body) LOOP
+            IF k <> ALL (qkeys) THEN
+                v := v || format('queue "%s": unknown field "%s"', q.name, k);
+            END IF;
+        END LOOP;
+        nums := ARRAY[]::bigint[];
+        FOREACH k IN ARRAY qkeys LOOP
+            IF k = 'backoffStrategy' THEN
+                nums := nums || NULL::bigint;
+                IF q.body ? k AND jsonb_typeof(q.body -> k) <> 'string' THEN
+                    v := v || format('queue "%s": backoffStrategy must be a string', q.name);
+                END IF;
+            ELSIF q.body ? k AND (jsonb_typeof(q.body -> k) <> 'number'
+                                  OR (q.body ->> k) !~ '^-?[0-9]{1,18}$') THEN
+                v := v || format('queue "%s": %s must be a positive integer, got %s', q.name, k, q.body -> k);
+                nums := nums || NULL::bigint;
+            ELSE
+                nums := nums || (q.body ->> k)::bigint;
+            END IF;
+        END LOOP;
+        v := v || vq.queue_violations(q.name, nums[1], nums[2],
+                                      CASE WHEN jsonb_typeof(q.body -> 'backoffStrategy') = 'string'
+                                           THEN q.body ->> 'backoffStrategy' END,
+                                      nums[4], nums[5], nums[6], qkeys);
+    END LOOP;
+    PERFORM vq.raise_violations(v, 'VQ101', 'invalid configuration');
+
+    -- Apply queues, so contracts below may name queues created by this same call.
+    FOR q IN SELECT e.key AS name, e.value AS body FROM jsonb_each(coalesce(config -> 'queues', '{}')) e LOOP
+        INSERT INTO vq.queue AS x (name, sleep_delay_ms, max_concurrent_jobs, backoff_strategy,
+                                   backoff_base_delay_ms, backoff_max_delay_ms, instances)
+        VALUES (q.name,
+                coalesce((q.body ->> 'sleepDelayMs')::int, 5000),
+                coalesce((q.body ->> 'maxConcurrentJobs')::int, 5),
+                upper(coalesce(q.body ->> 'backoffStrategy', 'LINEAR')),
+                coalesce((q.body ->> 'backoffBaseDelayMs')::int, 30000),
+                coalesce((q.body ->> 'backoffMaxDelayMs')::int, 3600000),
+                coalesce((q.body ->> 'instances')::int, 1))
+        ON CONFLICT ON CONSTRAINT queue_pkey DO UPDATE SET
+            sleep_delay_ms        = coalesce((q.body ->> 'sleepDelayMs')::int, x.sleep_delay_ms),
+            max_concurrent_jobs   = coalesce((q.body ->> 'maxConcurrentJobs')::int, x.max_concurrent_jobs),
+            backoff_strategy      = coalesce(upper(q.body ->> 'backoffStrategy'), x.backoff_strategy),
+            backoff_base_delay_ms = coalesce((q.body ->> 'backoffBaseDelayMs')::int, x.backoff_base_delay_ms),
+            backoff_max_delay_ms  = coalesce((q.body ->> 'backoffMaxDelayMs')::int, x.backoff_max_delay_ms),
+            instances             = coalesce((q.body ->> 'instances')::int, x.instances),
+            updated_at            = now();
+    END LOOP;
+
+    -- Validate every contract override against the queues as they now are.
+    FOR c IN SELECT e.key AS name, e.value AS body FROM jsonb_each(coalesce(config -> 'contracts', '{}')) e LOOP
+        IF jsonb_typeof(c.body) <> 'object' THEN
+            v := v || format('contract "%s": settings must be a JSON object', c.name);
+            CONTINUE;
+        END IF;
+        FOR k IN SELECT jsonb_object_keys(c.body) LOOP
+            IF k <> ALL (ckeys) THEN
+                v := v || format('contract "%s": unknown field "%s"', c.name, k);
+            END IF;
+        END LOOP;
+        IF c.body ? 'queue' AND jsonb_typeof(c.body -> 'queue') <> 'string' THEN
+            v := v || format('contract "%s": queue must be a string', c.name);
+        END IF;
+        FOREACH k IN ARRAY ARRAY['maxAttempts', 'priority'] LOOP
+            IF c.body ? k AND (jsonb_typeof(c.body -> k) <> 'number'
+                               OR (c.body ->> k) !~ '^-?[0-9]{1,9}$') THEN
+                v := v || format('contract "%s": %s must be an integer, got %s', c.name, k, c.body -> k);
+            END IF;
+        END LOOP;
+        IF cardinality(v) = 0 THEN
+            v := v || vq.override_violations(c.name,
+                                             CASE WHEN jsonb_typeof(c.body -> 'queue') = 'string' THEN c.body ->> 'queue' END,
+                                             (c.body ->> 'maxAttempts')::bigint, 'queue', 'maxAttempts');
+        END IF;
+    END LOOP;
+    PERFORM vq.raise_violations(v, 'VQ101', 'invalid configuration');
+
+    FOR c IN SELECT e.key AS name, e.value AS body FROM jsonb_each(coalesce(config -> 'contracts', '{}')) e LOOP
+        INSERT INTO vq.contract_override AS o (handler, queue, priority, max_attempts)
+        VALUES (c.name, c.body ->> 'queue', (c.body ->> 'priority')::int, (c.body ->> 'maxAttempts')::int)
+        ON CONFLICT ON CONSTRAINT contract_override_pkey DO UPDATE
+           SET queue = excluded.queue, priority = excluded.priority,
+               max_attempts = excluded.max_attempts, updated_at = now();
+    END LOOP;
+END
+$$;
+
+-- Every violation of one handler registration.
+CREATE FUNCTION vq.handler_violations(name text, kind text, fn regprocedure, channel text,
+                                      queue text, max_attempts bigint, what text DEFAULT NULL)
+RETURNS text[]
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v text[] := '{}';
+    label text := coalesce(what, format('handler %s', coalesce(quote_ident(name), 'NULL')));
+    p record;
+BEGIN
+    IF name IS NULL OR name !~ '^[a-zA-Z0-9._-]{1,128}$' THEN
+        v := v || format('%s: name must match ^[a-zA-Z0-9._-]{1,128}$', label);
+    ELSIF EXISTS (SELECT 1 FROM vq.handler h WHERE h.name OPERATOR(pg_catalog.=) handler_violations.name) THEN
+        v := v || format('%s: name is already registered', label);
+    END IF;
+    IF kind = 'function' THEN
+        IF fn IS NULL THEN
+            v := v || format('%s: function is missing', label);
+        ELSE
+            SELECT pr.prokind, pr.proretset, pr.pronargs, pr.proargtypes[0] AS arg1,
+                   pr.proargtypes[1] AS arg2 INTO p
+              FROM pg_catalog.pg_proc pr WHERE pr.oid OPERATOR(pg_catalog.=) fn::oid;
+            IF NOT FOUND THEN
+                v := v || format('%s: function %s does not exist', label, fn::oid);
+            ELSIF p.prokind <> 'f' OR p.proretset
+                  OR p.arg1 IS DISTINCT FROM 'pg_catalog.jsonb'::regtype::oid
+                  OR NOT (p.pronargs = 1 OR (p.pronargs = 2 AND p.arg2 = 'vq.job_context'::regtype::oid)) THEN
+                v := v || format('%s: function %s must be a plain non-set-returning function with signature (jsonb) or (jsonb, vq.job_context)',
+                                 label, fn);
+            END IF;
+        END IF;
+    ELSE
+        IF channel IS NULL OR channel = '' OR octet_length(channel) > 63 THEN
+            v := v || format('%s: channel must be 1 to 63 bytes long', label);
+        END IF;
+    END IF;
+    IF max_attempts IS NOT NULL AND max_attempts NOT BETWEEN 1 AND 1000 THEN
+        v := v || format('%s: max_attempts must be between 1 and 1000, got %s', label, max_attempts);
+    END IF;
+    IF queue IS NOT NULL AND NOT EXISTS (SELECT 1 FROM vq.queue x WHERE x.name OPERATOR(pg_catalog.=) queue) THEN
+        v := v || format('%s: queue "%s" does not exist', label, queue);
+    END IF;
+    RETURN v;
+END
+$$;
+
+-- Insert one validated handler row.
+CREATE FUNCTION vq.insert_handler(name text, kind text, fn regprocedure, channel text,
+                                  queue text, priority integer, max_attempts integer)
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- With search_path pinned to pg_catalog, fn::text names every other schema explicitly.
+    INSERT INTO vq.handler (name, kind, fn, takes_context, channel, address, queue, priority, max_attempts)
+    SELECT name, kind, fn,
+           coalesce((SELECT pr.pronargs OPERATOR(pg_catalog.=) 2 FROM pg_catalog.pg_proc pr
+                      WHERE pr.oid OPERATOR(pg_catalog.=) fn::oid), false),
+           channel,
+           CASE kind WHEN 'function' THEN fn::text ELSE 'notify:' OPERATOR(pg_catalog.||) channel END,
+           queue, priority, max_attempts;
+$$;
+
+CREATE FUNCTION vq_register_handler(name text, fn regprocedure, queue text DEFAULT NULL,
+                                    priority integer DEFAULT NULL, max_attempts integer DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM vq.raise_violations(vq.handler_violations(name, 'function', fn, NULL, queue, max_attempts),
+                                'VQ102', 'handler registration failed');
+    PERFORM vq.insert_handler(name, 'function', fn, NULL, queue, priority, max_attempts);
+END
+$$;
+
+CREATE FUNCTION vq_register_notify_handler(name text, channel text, queue text DEFAULT NULL,
+                                           priority integer DEFAULT NULL, max_attempts integer DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM vq.raise_violations(vq.handler_violations(name, 'notify', NULL, channel, queue, max_attempts),
+                                'VQ102', 'handler registration failed');
+    PERFORM vq.insert_handler(name, 'notify', NULL, channel, queue, priority, max_attempts);
+END
+$$;
+
+-- Register a set of handlers at once, or none: every violation in the set is reported in
+-- one error. Each element: {"name": ..., "function": "schema.fn(jsonb)" | "channel": ...,
+-- "queue": ..., "priority": ..., "maxAttempts": ...}. Returns the number registered.
+CREATE FUNCTION vq_register_handlers(handlers jsonb) RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    allowed constant text[] := ARRAY['name', 'function', 'channel', 'queue', 'priority', 'maxAttempts'];
+    v text[] := '{}';
+    h record;
+    k text;
+    label text;
+    fn regprocedure;
+    seen text[] := '{}';
+    ok boolean;
+    n int := 0;
+BEGIN
+    IF handlers IS NULL OR jsonb_typeof(handlers) <> 'array' THEN
+        RAISE EXCEPTION USING ERRCODE = 'VQ102', MESSAGE = 'handlers must be a JSON array of objects';
+    END IF;
+    FOR h IN SELECT e.value AS body, e.ordinality AS pos FROM jsonb_array_elements(handlers) WITH ORDINALITY e LOOP
+        IF jsonb_typeof(h.body) <> 'object' THEN
+            v := v || format('element %s: must be a JSON object', h.pos);
+            CONTINUE;
+        END IF;
+        label := format('element %s (handler %s)', h.pos, coalesce(quote_ident(h.body ->> 'name'), 'NULL'));
+        ok := true;
+        FOR k IN SELECT jsonb_object_keys(h.body) LOOP
+            IF k <> ALL (allowed) THEN
+                v := v || format('%s: unknown field "%s"', label, k);
+            END IF;
+        END LOOP;
+        FOREACH k IN ARRAY ARRAY['priority', 'maxAttempts'] LOOP
+            IF h.body ? k AND (jsonb_typeof(h.body -> k) <> 'number' OR (h.body ->> k) !~ '^-?[0-9]{1,9}$') THEN
+                v := v || format('%s: %s must be an integer, got %s', label, k, h.body -> k);
+                ok := false;
+            END IF;
+        END LOOP;
+        IF (h.body ? 'function') = (h.body ? 'channel') THEN
+            v := v || format('%s: exactly one of "function" and "channel" is required', label);
+            CONTINUE;
+        END IF;
+        fn := NULL;
+        IF h.body ? 'function' THEN
+            fn := pg_catalog.to_regprocedure(h.body ->> 'function');
+            IF fn IS NULL THEN
+                v := v || format('%s: function %s does not exist', label, coalesce(h.body ->> 'function', 'NULL'));
+                ok := false;
+            END IF;
+        END IF;
+        IF (h.body ->> 'name') = ANY (seen) THEN
+            v := v || format('%s: name appears more than once in this set', label);
+        END IF;
+        seen := seen || (h.body ->> 'name');
+        IF ok OR fn IS NOT NULL OR h.body ? 'channel' THEN
+            v := v || vq.handler_violations(h.body ->> 'name',
+                                            CASE WHEN h.body ? 'function' THEN 'function' ELSE 'notify' END,
+                                            fn, h.body ->> 'channel', h.body ->> 'queue',
+                                            CASE WHEN ok THEN (h.body ->> 'maxAttempts')::bigint END, label)
+                 -- a missing function was reported above; do not report it twice
+                 - ARRAY[format('%s: function is missing', label)];
+        END IF;
+    END LOOP;
+    PERFORM vq.raise_violations(v, 'VQ102', 'handler registration failed');
+
+    FOR h IN SELECT e.value AS body FROM jsonb_array_elements(handlers) e LOOP
+        PERFORM vq.insert_handler(h.body ->> 'name',
+                                  CASE WHEN h.body ? 'function' THEN 'function' ELSE 'notify' END,
+                                  pg_catalog.to_regprocedure(h.body ->> 'function'), h.body ->> 'channel',
+                                  h.body ->> 'queue', (h.body ->> 'priority')::int, (h.body ->> 'maxAttempts')::int);
+        n := n + 1;
+    END LOOP;
+    RETURN n;
+END
+$$;
+
+-- Remove a handler. Jobs already enqueued for it stay; they fail when they run unless it is
+-- registered again. Returns false when no such handler was registered.
+CREATE FUNCTION vq_unregister_handler(name text) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    DELETE FROM vq.handler h WHERE h.name OPERATOR(pg_catalog.=) vq_unregister_handler.name;
+    RETURN FOUND;
+END
+$$;
+
+REVOKE ALL ON FUNCTION vq.queue_violations(text, bigint, bigint, text, bigint, bigint, bigint, text[]),
+                       vq.raise_violations(text[], text, text),
+                       vq.override_violations(text, text, bigint, text, text),
+                       vq.handler_violations(text, text, regprocedure, text, text, bigint, text),
+                       vq.insert_handler(text, text, regprocedure, text, text, integer, integer),
+                       vq_create_queue(text, integer, integer, text, integer, integer, integer),
+                       vq_alter_queue(text, integer, integer, text, integer, integer, integer),
+                       vq_drop_queue(text),
+                       vq_set_contract_override(text, text, integer, integer),
+                       vq_drop_contract_override(text),
+                       vq_configure(jsonb),
+                       vq_register_handler(text, regprocedure, text, integer, integer),
+                       vq_register_notify_handler(text, text, text, integer, integer),
+                       vq_register_handlers(jsonb),
+                       vq_unregister_handler(text)
+       FROM PUBLIC;
+
+------------------------------------------------------------------------------
+-- Views.
+------------------------------------------------------------------------------
+-- Effective settings of every registered handler (override > handler default > framework default).
+CREATE VIEW vq.handler_settings WITH (security_barrier) AS
+SELECT h.name,
+       h.kind,
+       h.address,
+       coalesce(o.queue, h.queue, 'default') AS queue,
+       coalesce(o.priority, h.priority, 0) AS priority,
+       coalesce(o.max_attempts, h.max_attempts, 3) AS max_attempts,
+       (h.queue IS NOT NULL OR h.priority IS NOT NULL OR h.max_attempts IS NOT NULL) AS is_contract
+  FROM vq.handler h
+  LEFT JOIN vq.contract_override o ON o.handler OPERATOR(pg_catalog.=) h.name;
+GRANT SELECT ON vq.handler_settings TO PUBLIC;

@@ -1,0 +1,21 @@
+/*
+ * context.h: durable context bound to a session and merged into enqueued jobs.
+ */
+#ifndef VQ_CONTEXT_H
+#define VQ_CONTEXT_H
+
+#include "postgres.h"
+
+#include "utils/jsonb.h"
+
+/*
+ * Merge the bound context over the caller's metadata (NULL = none). A caller
+ * namespace that is also bound raises an error instead of being overwritten.
+ * Returns a jsonb object (never NULL).
+ */
+extern Jsonb *VqMergeBoundContext(Jsonb *metadata);
+
+/* Bind a job's context for the duration of its execution; returns what was bound before. */
+extern Jsonb *VqBindContext(Jsonb *context);
+
+#endif							/* VQ_CONTEXT_H */

@@ -1,0 +1,599 @@
+/*
+ * enqueue.c: vq_enqueue(), vq_enqueue_in() and vq_enqueue_many().
+ *
+ * An enqueue joins the caller's transaction: it validates its arguments
+ * against the cached registry before touching any table, resolves the
+ * effective settings (call argument > contract override > handler default >
+ * framework default), merges the bound durable context into the metadata and
+ * inserts the job row through a kept SPI plan, as the extension owner (nobody
+ * else may write vq.job). A job_id is an idempotency key among unfinished jobs:
+ * ON CONFLICT on the partial unique index makes a concurrent duplicate wait for
+ * the first inserter and then return its execution_id.
+ *
+ * When the transaction commits, the database's workers are woken (due jobs)
+ * or told the earliest future due time, from an end-of-transaction callback:
+ * nothing happens on rollback and nothing before the commit is visible.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "common/pg_prng.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/syscache.h"
+#include "utils/timestamp.h"
+#include "utils/uuid.h"
+
+#include "compat.h"
+#include "context.h"
+#include "registry.h"
+#include "shmem.h"
+#include "vq_job.h"
+
+PG_FUNCTION_INFO_V1(vq_enqueue);
+PG_FUNCTION_INFO_V1(vq_enqueue_in);
+PG_FUNCTION_INFO_V1(vq_enqueue_many);
+
+/* Argument positions, shared by all three functions. */
+#define ARG_HANDLER		0
+#define ARG_PAYLOAD		1
+#define ARG_WHEN		2		/* run_at, or delay for vq_enqueue_in */
+#define ARG_QUEUE		3
+#define ARG_PRIORITY	4
+#define ARG_MAX_ATTEMPTS 5
+#define ARG_JOB_ID		6		/* job_id, or job_ids for vq_enqueue_many */
+#define ARG_METADATA	7
+
+/* Everything but the per-job columns, resolved and validated. */
+typedef struct JobSpec
+{
+	VqRegistry *registry;
+	VqHandler  *handler;
+	VqQueue    *queue;
+	int32		priority;
+	int32		max_attempts;
+	TimestampTz scheduled_at;
+	TimestampTz now;
+	Jsonb	   *metadata;
+	Oid			enqueued_by;
+} JobSpec;
+
+/* Columns every insert plan binds, in this order, as $1..$NCOMMON. */
+#define JOB_COLUMNS \
+	"(execution_id, state, priority, attempt_number, max_attempts, scheduled_at," \
+	" created_at, updated_at, enqueued_by, queue, job_id, handler, handler_address, payload, metadata)"
+#define ACTIVE_STATES \
+	"state OPERATOR(pg_catalog.=) ANY ('{ENQUEUED,RUNNING}'::vq.job_state[])"
+#define ON_ACTIVE_CONFLICT \
+	" ON CONFLICT (job_id) WHERE " ACTIVE_STATES " DO NOTHING"
+
+/* $1 execution_id, $2 job_id, $3 payload (scalars, or arrays for the batch plans), then the rest. */
+#define NPARAMS 12
+static const Oid one_types[NPARAMS] = {
+	UUIDOID, TEXTOID, JSONBOID, INT4OID, INT4OID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID, REGROLEOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID
+};
+static const Oid many_types[NPARAMS] = {
+	UUIDARRAYOID, TEXTARRAYOID, JSONBARRAYOID, INT4OID, INT4OID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID, REGROLEOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID
+};
+
+#define ONE_VALUES \
+	" VALUES ($1, 'ENQUEUED', $4, 0, $5, $6, $7, $7, $8, $9, $2, $10, $11, $3, $12)"
+#define MANY_SELECT \
+	" SELECT u.e, 'ENQUEUED', $4, 0, $5, $6, $7, $7, $8, $9," \
+	" coalesce(u.j, 'delayed-' OPERATOR(pg_catalog.||) u.e::pg_catalog.text), $10, $11, u.p, $12" \
+	" FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3)) AS u(e, j, p)"
+
+static SPIPlanPtr insert_one_plan = NULL;
+static SPIPlanPtr insert_one_idempotent_plan = NULL;
+static SPIPlanPtr insert_many_plan = NULL;
+static SPIPlanPtr insert_many_idempotent_plan = NULL;
+static SPIPlanPtr holder_one_plan = NULL;
+static SPIPlanPtr holder_many_plan = NULL;
+
+/* What this transaction enqueued, for the wake-up at commit. */
+static bool xact_callback_registered = false;
+static bool wake_due_at_commit = false;
+static TimestampTz next_due_at_commit = VQ_NO_NEXT_DUE;
+
+/* Prepare (once) and keep an SPI plan. */
+static SPIPlanPtr
+KeepPlan(SPIPlanPtr *plan, const char *sql, int nargs, const Oid *types)
+{
+	if (*plan == NULL)
+	{
+		SPIPlanPtr	p = SPI_prepare(sql, nargs, (Oid *) types);
+
+		if (p == NULL)
+			elog(ERROR, "vq_job: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+		SPI_keepplan(p);
+		*plan = p;
+	}
+	return *plan;
+}
+
+/* End of transaction: wake the workers if the enqueues committed; forget them otherwise. */
+static void
+EnqueueXactCallback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+			if (wake_due_at_commit)
+				VqWakeDatabase(MyDatabaseId, true, 0);
+			if (next_due_at_commit != VQ_NO_NEXT_DUE)
+				VqWakeDatabase(MyDatabaseId, false, next_due_at_commit);
+			/* FALLTHROUGH */
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+		case XACT_EVENT_PREPARE:
+			/* a prepared transaction's jobs are found by the next poll */
+			wake_due_at_commit = false;
+			next_due_at_commit = VQ_NO_NEXT_DUE;
+			break;
+		default:
+			break;
+	}
+}
+
+/* Remember that this transaction enqueued a job due at scheduled_at. */
+static void
+NoteEnqueued(TimestampTz scheduled_at)
+{
+	if (!xact_callback_registered)
+	{
+		RegisterXactCallback(EnqueueXactCallback, NULL);
+		xact_callback_registered = true;
+	}
+	if (scheduled_at <= GetCurrentTimestamp())
+		wake_due_at_commit = true;
+	else if (scheduled_at < next_due_at_commit)
+		next_due_at_commit = scheduled_at;
+}
+
+/* Is this error worth retrying the whole transaction for? */
+static bool
+IsTransientError(int sqlerrcode)
+{
+	return sqlerrcode == ERRCODE_T_R_SERIALIZATION_FAILURE ||
+		sqlerrcode == ERRCODE_T_R_DEADLOCK_DETECTED ||
+		sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ||
+		sqlerrcode == ERRCODE_QUERY_CANCELED ||
+		ERRCODE_TO_CATEGORY(sqlerrcode) == ERRCODE_CONNECTION_EXCEPTION;
+}
+
+/* Error context while persisting: say which handler, and whether a retry makes sense. */
+static void
+PersistErrorContext(void *arg)
+{
+	const char *handler = (const char *) arg;
+
+	if (IsTransientError(geterrcode()))
+		errcontext("vq_enqueue: persisting a job for handler \"%s\" failed transiently; retrying the transaction may succeed",
+				   handler);
+	else
+		errcontext("vq_enqueue: persisting a job for handler \"%s\"", handler);
+}
+
+/* A new random (version 4) UUID. */
+static void
+NewUuid(pg_uuid_t *uuid)
+{
+	if (!pg_strong_random(uuid->data, UUID_LEN))
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not generate random values")));
+	uuid->data[6] = (uuid->data[6] & 0x0f) | 0x40;
+	uuid->data[8] = (uuid->data[8] & 0x3f) | 0x80;
+}
+
+/* Validate a caller-supplied job_id. */
+static void
+CheckJobId(text *job_id)
+{
+	int			len = VARSIZE_ANY_EXHDR(job_id);
+
+	if (len < 1 || len > VQ_JOB_ID_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_VQ_INVALID_JOB_ID),
+				 errmsg("job_id must be 1 to %d bytes long, got %d", VQ_JOB_ID_MAX, len)));
+}
+
+/*
+ * Validate the arguments shared by every enqueue form and resolve the
+ * effective settings. Argument checks come first, then the registry; nothing
+ * here writes.
+ */
+static void
+ResolveSpec(FunctionCallInfo fcinfo, JobSpec *spec)
+{
+	text	   *handler_arg;
+	char	   *handler_name;
+	char	   *queue_name;
+	Jsonb	   *metadata = NULL;
+	AclResult	aclresult;
+
+	if (PG_ARGISNULL(ARG_HANDLER))
+		ereport(ERROR,
+				(errcode(ERRCODE_VQ_INVALID_HANDLER_NAME),
+				 errmsg("handler name must not be null")));
+	handler_arg = PG_GETARG_TEXT_PP(ARG_HANDLER);
+	if (!vq_valid_name(VARDATA_ANY(handler_arg), VARSIZE_ANY_EXHDR(handler_arg)))
+		ereport(ERROR,
+				(errcode(ERRCODE_VQ_INVALID_HANDLER_NAME),
+				 errmsg("invalid handler name \"%s\"", text_to_cstring(handler_arg)),
+				 errdetail("Handler names must match ^[a-zA-Z0-9._-]{1,128}$.")));
+	handler_name = text_to_cstring(handler_arg);
+
+	if (!PG_ARGISNULL(ARG_MAX_ATTEMPTS))
+	{
+		int32		max_attempts = PG_GETARG_INT32(ARG_MAX_ATTEMPTS);
+
+		if (max_attempts < 1 || max_attempts > VQ_MAX_ATTEMPTS_LIMIT)
+			ereport(ERROR,
+					(errcode(ERRCODE_VQ_INVALID_MAX_ATTEMPTS),
+					 errmsg("max_attempts must be between 1 and %d, got %d",
+							VQ_MAX_ATTEMPTS_LIMIT, max_attempts)));
+	}
+	if (!PG_ARGISNULL(ARG_METADATA))
+	{
+		metadata = PG_GETARG_JSONB_P(ARG_METADATA);
+		if (!JB_ROOT_IS_OBJECT(metadata))
+			ereport(ERROR,
+					(errcode(ERRCODE_VQ_INVALID_METADATA),
+					 errmsg("metadata must be a JSON object")));
+	}
+
+	spec->registry = VqRegistryGet();
+	spec->handler = VqLookupHandler(spec->registry, handler_name);
+	if (spec->handler == NULL)
+		VqReportUnregisteredHandler(spec->registry, handler_name);
+
+	queue_name = PG_ARGISNULL(ARG_QUEUE) ? spec->handler->queue_name
+		: text_to_cstring(PG_GETARG_TEXT_PP(ARG_QUEUE));
+	spec->queue = VqLookupQueue(spec->registry, queue_name);
+	if (spec->queue == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_VQ_UNKNOWN_QUEUE),
+				 errmsg("queue \"%s\" does not exist", queue_name),
+				 errhint("Create it with vq_create_queue() or vq_configure().")));
+
+	spec->priority = PG_ARGISNULL(ARG_PRIORITY) ? spec->handler->priority
+		: PG_GETARG_INT32(ARG_PRIORITY);
+	spec->max_attempts = PG_ARGISNULL(ARG_MAX_ATTEMPTS) ? spec->handler->max_attempts
+		: PG_GETARG_INT32(ARG_MAX_ATTEMPTS);
+
+	/* The enqueuing role must be allowed to run the handler function: it will run as that role. */
+	spec->enqueued_by = GetUserId();
+	if (spec->handler->is_function)
+	{
+		if (!SearchSysCacheExists1(PROCOID, ObjectIdGetDatum(spec->handler->fn)))
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_FUNCTION),
+					 errmsg("handler \"%s\" refers to function %s, which no longer exists",
+							handler_name, spec->handler->address),
+					 errhint("Register the handler again with vq_unregister_handler() and vq_register_handler().")));
+		aclresult = vq_proc_aclcheck(spec->handler->fn, spec->enqueued_by, ACL_EXECUTE);
+		if (aclresult != ACLCHECK_OK)
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("permission denied to enqueue a job for handler \"%s\"", handler_name),
+					 errdetail("Enqueuing requires EXECUTE on the handler function %s, which runs as the enqueuing role.",
+							   spec->handler->address)));
+	}
+
+	spec->metadata = VqMergeBoundContext(metadata);
+	spec->now = GetCurrentTransactionStartTimestamp();
+	spec->scheduled_at = spec->now;
+}
+
+/* Bind the parameters shared by every insert plan ($4..$12). */
+static void
+BindCommon(const JobSpec *spec, Datum *values)
+{
+	values[3] = Int32GetDatum(spec->priority);
+	values[4] = Int32GetDatum(spec->max_attempts);
+	values[5] = TimestampTzGetDatum(spec->scheduled_at);
+	values[6] = TimestampTzGetDatum(spec->now);
+	values[7] = ObjectIdGetDatum(spec->enqueued_by);
+	values[8] = spec->queue->name_datum;
+	values[9] = spec->handler->name_datum;
+	values[10] = spec->handler->address_datum;
+	values[11] = JsonbPGetDatum(spec->metadata);
+}
+
+/* Run a kept plan that writes; error on anything but the expected result. */
+static void
+RunWrite(SPIPlanPtr plan, Datum *values, const char *nulls, int expected)
+{
+	int			rc = SPI_execute_plan(plan, values, nulls, false, 0);
+
+	if (rc != expected)
+		elog(ERROR, "vq_job: job insert failed: %s", SPI_result_code_string(rc));
+}
+
+/* Insert one job; with a job_id, return the unfinished holder of that id instead. */
+static Datum
+InsertOne(const JobSpec *spec, Datum payload, bool payload_null, text *job_id)
+{
+	Datum		values[NPARAMS];
+	char		nulls[NPARAMS];
+	pg_uuid_t  *execution_id = palloc(sizeof(pg_uuid_t));
+	Datum		result = (Datum) 0;
+	VqSavedUser saved;
+	ErrorContextCallback errcb;
+
+	NewUuid(execution_id);
+	memset(nulls, ' ', sizeof(nulls));
+	BindCommon(spec, values);
+	values[0] = UUIDPGetDatum(execution_id);
+	values[2] = payload;
+	nulls[2] = payload_null ? 'n' : ' ';
+
+	errcb.callback = PersistErrorContext;
+	errcb.arg = spec->handler->name;
+	errcb.previous = error_context_stack;
+	error_context_stack = &errcb;
+
+	VqBecomeOwner(spec->registry, &saved);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "vq_job: SPI_connect failed");
+
+	if (job_id == NULL)
+	{
+		char	   *uuid_text = DatumGetCString(DirectFunctionCall1(uuid_out, values[0]));
+
+		values[1] = PointerGetDatum(cstring_to_text(psprintf("delayed-%s", uuid_text)));
+		RunWrite(KeepPlan(&insert_one_plan, "INSERT INTO vq.job " JOB_COLUMNS ONE_VALUES,
+						  NPARAMS, one_types),
+				 values, nulls, SPI_OK_INSERT);
+		result = values[0];
+	}
+	else
+	{
+		values[1] = PointerGetDatum(job_id);
+
+		/*
+		 * Either our insert wins, or another unfinished job holds the id and we
+		 * return it. If that holder finishes between the two statements, try again.
+		 */
+		for (int tries = 0; result == (Datum) 0; tries++)
+		{
+			bool		isnull;
+
+			CHECK_FOR_INTERRUPTS();
+			if (tries >= 100)
+				elog(ERROR, "vq_job: could not settle job_id \"%s\" after %d tries",
+					 text_to_cstring(job_id), tries);
+			RunWrite(KeepPlan(&insert_one_idempotent_plan,
+							  "INSERT INTO vq.job " JOB_COLUMNS ONE_VALUES ON_ACTIVE_CONFLICT
+							  " RETURNING execution_id", NPARAMS, one_types),
+					 values, nulls, SPI_OK_INSERT_RETURNING);
+			if (SPI_processed == 1)
+			{
+				result = values[0];
+				break;
+			}
+			if (SPI_execute_plan(KeepPlan(&holder_one_plan,
+										  "SELECT execution_id FROM vq.job"
+										  " WHERE job_id OPERATOR(pg_catalog.=) $1 AND " ACTIVE_STATES,
+										  1, (Oid[]) {TEXTOID}),
+								 &values[1], NULL, false, 1) != SPI_OK_SELECT)
+				elog(ERROR, "vq_job: job_id lookup failed");
+			if (SPI_processed == 1)
+				result = SPI_datumTransfer(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+														 1, &isnull), false, UUID_LEN);
+		}
+	}
+
+	SPI_finish();
+	VqRestoreUser(&saved);
+	error_context_stack = errcb.previous;
+	NoteEnqueued(spec->scheduled_at);
+	return result;
+}
+
+/* vq_enqueue(handler, payload, run_at, queue, priority, max_attempts, job_id, metadata) */
+Datum
+vq_enqueue(PG_FUNCTION_ARGS)
+{
+	JobSpec		spec;
+	text	   *job_id = PG_ARGISNULL(ARG_JOB_ID) ? NULL : PG_GETARG_TEXT_PP(ARG_JOB_ID);
+
+	if (job_id)
+		CheckJobId(job_id);
+	ResolveSpec(fcinfo, &spec);
+	if (!PG_ARGISNULL(ARG_WHEN))
+		spec.scheduled_at = PG_GETARG_TIMESTAMPTZ(ARG_WHEN);
+	return InsertOne(&spec, PG_GETARG_DATUM(ARG_PAYLOAD), PG_ARGISNULL(ARG_PAYLOAD), job_id);
+}
+
+/* vq_enqueue_in(handler, payload, delay, ...): due clock_timestamp() + delay, resolved now. */
+Datum
+vq_enqueue_in(PG_FUNCTION_ARGS)
+{
+	JobSpec		spec;
+	text	   *job_id = PG_ARGISNULL(ARG_JOB_ID) ? NULL : PG_GETARG_TEXT_PP(ARG_JOB_ID);
+
+	if (job_id)
+		CheckJobId(job_id);
+	ResolveSpec(fcinfo, &spec);
+	spec.scheduled_at = GetCurrentTimestamp();
+	if (!PG_ARGISNULL(ARG_WHEN))
+		spec.scheduled_at = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+																	TimestampTzGetDatum(spec.scheduled_at),
+																	PG_GETARG_DATUM(ARG_WHEN)));
+	return InsertOne(&spec, PG_GETARG_DATUM(ARG_PAYLOAD), PG_ARGISNULL(ARG_PAYLOAD), job_id);
+}
+
+/* Check that an array argument is one-dimensional (or empty) and return its length. */
+static int
+ArrayLength(ArrayType *array, const char *what)
+{
+	if (ARR_NDIM(array) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_VQ_INVALID_ARGUMENT),
+				 errmsg("%s must be a one-dimensional array", what)));
+	return ArrayGetNItems(ARR_NDIM(array), ARR_DIMS(array));
+}
+
+/*
+ * Map each position with a caller job_id to the execution_id of the unfinished
+ * job holding that id. Returns false if some id has no holder any more (it
+ * finished since the insert): the caller inserts again.
+ */
+static bool
+FillHolders(ArrayType *job_ids, Datum *ids, int n)
+{
+	HASHCTL		ctl;
+	HTAB	   *holders;
+	Datum	   *keys;
+	bool	   *key_nulls;
+	int			nkeys;
+	Datum		arg = PointerGetDatum(job_ids);
+
+	if (SPI_execute_plan(KeepPlan(&holder_many_plan,
+								  "SELECT job_id, execution_id FROM vq.job"
+								  " WHERE job_id OPERATOR(pg_catalog.=) ANY ($1) AND " ACTIVE_STATES,
+								  1, (Oid[]) {TEXTARRAYOID}),
+						 &arg, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "vq_job: job_id lookup failed");
+
+	ctl.keysize = VQ_JOB_ID_MAX + 1;
+	ctl.entrysize = VQ_JOB_ID_MAX + 1 + sizeof(pg_uuid_t);
+	ctl.hcxt = CurrentMemoryContext;
+	holders = hash_create("vq_job job_id holders", Max(SPI_processed, 16), &ctl,
+						  HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+		char	   *key = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+		char	   *entry = hash_search(holders, key, HASH_ENTER, NULL);
+
+		memcpy(entry + VQ_JOB_ID_MAX + 1,
+			   DatumGetUUIDP(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull)),
+			   sizeof(pg_uuid_t));
+	}
+
+	deconstruct_array(job_ids, TEXTOID, -1, false, TYPALIGN_INT, &keys, &key_nulls, &nkeys);
+	for (int i = 0; i < n; i++)
+	{
+		char	   *entry;
+
+		if (i >= nkeys || key_nulls[i])
+			continue;			/* generated id: our own insert holds it */
+		entry = hash_search(holders, TextDatumGetCString(keys[i]), HASH_FIND, NULL);
+		if (entry == NULL)
+			return false;
+		memcpy(DatumGetUUIDP(ids[i]), entry + VQ_JOB_ID_MAX + 1, sizeof(pg_uuid_t));
+	}
+	return true;
+}
+
+/*
+ * vq_enqueue_many(handler, payloads jsonb[], run_at, queue, priority, max_attempts,
+ * job_ids text[], metadata): one job per payload, inserted by one statement.
+ * Returns the execution_ids in payload order.
+ */
+Datum
+vq_enqueue_many(PG_FUNCTION_ARGS)
+{
+	JobSpec		spec;
+	ArrayType  *payloads;
+	ArrayType  *job_ids = NULL;
+	int			n;
+	Datum	   *ids;
+	pg_uuid_t  *uuids;
+	Datum		values[NPARAMS];
+	char		nulls[NPARAMS];
+	VqSavedUser saved;
+	ErrorContextCallback errcb;
+
+	if (PG_ARGISNULL(ARG_PAYLOAD))
+		ereport(ERROR,
+				(errcode(ERRCODE_VQ_INVALID_ARGUMENT),
+				 errmsg("payloads must not be null"),
+				 errhint("Pass an array with one element per job; an element may be null.")));
+	payloads = PG_GETARG_ARRAYTYPE_P(ARG_PAYLOAD);
+	n = ArrayLength(payloads, "payloads");
+	if (!PG_ARGISNULL(ARG_JOB_ID))
+	{
+		Datum	   *keys;
+		bool	   *key_nulls;
+		int			nkeys;
+
+		job_ids = PG_GETARG_ARRAYTYPE_P(ARG_JOB_ID);
+		if (ArrayLength(job_ids, "job_ids") != n)
+			ereport(ERROR,
+					(errcode(ERRCODE_VQ_INVALID_JOB_ID),
+					 errmsg("job_ids has %d elements but payloads has %d",
+							ArrayLength(job_ids, "job_ids"), n)));
+		deconstruct_array(job_ids, TEXTOID, -1, false, TYPALIGN_INT, &keys, &key_nulls, &nkeys);
+		for (int i = 0; i < nkeys; i++)
+			if (!key_nulls[i])
+				CheckJobId(DatumGetTextPP(keys[i]));
+	}
+	ResolveSpec(fcinfo, &spec);
+	if (!PG_ARGISNULL(ARG_WHEN))
+		spec.scheduled_at = PG_GETARG_TIMESTAMPTZ(ARG_WHEN);
+
+	ids = palloc(sizeof(Datum) * Max(n, 1));
+	uuids = palloc(sizeof(pg_uuid_t) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+	{
+		NewUuid(&uuids[i]);
+		ids[i] = UUIDPGetDatum(&uuids[i]);
+	}
+	if (n == 0)
+		PG_RETURN_ARRAYTYPE_P(construct_empty_array(UUIDOID));
+
+	memset(nulls, ' ', sizeof(nulls));
+	BindCommon(&spec, values);
+	values[0] = PointerGetDatum(construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
+	values[1] = job_ids ? PointerGetDatum(job_ids) : (Datum) 0;
+	nulls[1] = job_ids ? ' ' : 'n';
+	values[2] = PointerGetDatum(payloads);
+
+	errcb.callback = PersistErrorContext;
+	errcb.arg = spec.handler->name;
+	errcb.previous = error_context_stack;
+	error_context_stack = &errcb;
+
+	VqBecomeOwner(spec.registry, &saved);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "vq_job: SPI_connect failed");
+	if (job_ids == NULL)
+		RunWrite(KeepPlan(&insert_many_plan, "INSERT INTO vq.job " JOB_COLUMNS MANY_SELECT,
+						  NPARAMS, many_types),
+				 values, nulls, SPI_OK_INSERT);
+	else
+	{
+		for (int tries = 0;; tries++)
+		{
+			CHECK_FOR_INTERRUPTS();
+			if (tries >= 100)
+				elog(ERROR, "vq_job: could not settle the batch's job_ids after %d tries", tries);
+			RunWrite(KeepPlan(&insert_many_idempotent_plan,
+							  "INSERT INTO vq.job " JOB_COLUMNS MANY_SELECT ON_ACTIVE_CONFLICT,
+							  NPARAMS, many_types),
+					 values, nulls, SPI_OK_INSERT);
+			if (FillHolders(job_ids, ids, n))
+				break;
+		}
+	}
+	SPI_finish();
+	VqRestoreUser(&saved);
+	error_context_stack = errcb.previous;
+	NoteEnqueued(spec.scheduled_at);
+
+	PG_RETURN_ARRAYTYPE_P(construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
+}

@@ -1,0 +1,77 @@
+/*
+ * registry.h: per-backend cache of vq_job's configuration (queues, handlers with
+ * their effective settings), rebuilt when a committed change invalidates it.
+ */
+#ifndef VQ_REGISTRY_H
+#define VQ_REGISTRY_H
+
+#include "postgres.h"
+
+#include "backoff.h"
+#include "vq_job.h"
+
+typedef struct VqQueue
+{
+	char		name[VQ_NAME_MAX + 1];	/* hash key */
+	int32		sleep_delay_ms;
+	int32		max_concurrent_jobs;
+	VqBackoffStrategy backoff_strategy;
+	int32		backoff_base_delay_ms;
+	int32		backoff_max_delay_ms;
+	int32		instances;
+	bool		paused;
+	Datum		name_datum;		/* text, for SPI parameters */
+} VqQueue;
+
+typedef struct VqHandler
+{
+	char		name[VQ_NAME_MAX + 1];	/* hash key */
+	bool		is_function;	/* else a NOTIFY handler */
+	Oid			fn;				/* function handler's function */
+	bool		takes_context;	/* (jsonb, vq.job_context) signature */
+	char	   *channel;		/* NOTIFY handler's channel */
+	char	   *address;		/* persisted dispatch address */
+	/* effective settings: contract override > handler default > framework default */
+	VqQueue    *queue;
+	char	   *queue_name;		/* may name a queue dropped since (then queue is NULL) */
+	int32		priority;
+	int32		max_attempts;
+	Datum		name_datum;		/* text, for SPI parameters */
+	Datum		address_datum;	/* text, for SPI parameters */
+} VqHandler;
+
+typedef struct VqRegistry
+{
+	Oid			owner;			/* extension owner: runs vq_job's own writes */
+	int			nhandlers;
+	VqHandler **handlers;		/* sorted by name */
+	struct HTAB *handler_hash;
+	struct HTAB *queue_hash;
+} VqRegistry;
+
+/* Register the invalidation callback (from _PG_init). */
+extern void VqRegistryInit(void);
+
+/*
+ * The current registry, rebuilt if a change was committed since it was read.
+ * Pointers into it stay valid until the next call.
+ */
+extern VqRegistry *VqRegistryGet(void);
+
+extern VqHandler *VqLookupHandler(VqRegistry *registry, const char *name);
+extern VqQueue *VqLookupQueue(VqRegistry *registry, const char *name);
+
+/* Raise the "handler is not registered" error, listing registered names. */
+extern void VqReportUnregisteredHandler(VqRegistry *registry, const char *name) pg_attribute_noreturn();
+
+/* Run vq_job's own SQL as the extension owner, then switch back. */
+typedef struct VqSavedUser
+{
+	Oid			userid;
+	int			sec_context;
+} VqSavedUser;
+
+extern void VqBecomeOwner(VqRegistry *registry, VqSavedUser *saved);
+extern void VqRestoreUser(VqSavedUser *saved);
+
+#endif							/* VQ_REGISTRY_H */

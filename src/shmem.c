@@ -1,0 +1,123 @@
+/*
+ * shmem.c: vq_job's shared memory. Requested at preload time, initialised once
+ * by the postmaster. Workers claim a slot for their database and publish their
+ * latch there; a committing enqueuer finds the slot by database OID and sets
+ * the latch (or lowers the slot's next-due time), so a worker wakes at commit
+ * without any NOTIFY in the enqueuing transaction.
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/shmem.h"
+
+#include "shmem.h"
+#include "vq_job.h"
+
+VqSharedState *VqShared = NULL;
+
+#if PG_VERSION_NUM >= 150000
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+#endif
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+/* Bytes of shared memory vq_job needs. */
+static Size
+VqShmemSize(void)
+{
+	return add_size(offsetof(VqSharedState, slots),
+					mul_size(vq_max_databases, sizeof(VqDatabaseSlot)));
+}
+
+/* Ask for our shared memory and LWLock. */
+static void
+VqShmemRequest(void)
+{
+#if PG_VERSION_NUM >= 150000
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+#endif
+	RequestAddinShmemSpace(VqShmemSize());
+	RequestNamedLWLockTranche("vq_job", 1);
+}
+
+/* Create or attach to the shared state. */
+static void
+VqShmemStartup(void)
+{
+	bool		found;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	VqShared = ShmemInitStruct("vq_job", VqShmemSize(), &found);
+	if (!found)
+	{
+		VqShared->lock = &(GetNamedLWLockTranche("vq_job"))->lock;
+		VqShared->launcher_pid = 0;
+		VqShared->launcher_latch = NULL;
+		VqShared->nslots = vq_max_databases;
+		for (int i = 0; i < vq_max_databases; i++)
+		{
+			VqDatabaseSlot *slot = &VqShared->slots[i];
+
+			slot->dboid = InvalidOid;
+			slot->worker_pid = 0;
+			slot->worker_latch = NULL;
+			pg_atomic_init_u64(&slot->wake_count, 0);
+			pg_atomic_init_u64(&slot->next_due, (uint64) VQ_NO_NEXT_DUE);
+		}
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/* Register the shared-memory hooks (from _PG_init). */
+void
+VqShmemInit(void)
+{
+#if PG_VERSION_NUM >= 150000
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = VqShmemRequest;
+#else
+	VqShmemRequest();
+#endif
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = VqShmemStartup;
+}
+
+/*
+ * Tell the workers of a database that work was committed. Due work bumps the
+ * wake counter; future work lowers next_due to the earliest instant known.
+ * Either way the worker's latch is set so it re-plans its sleep. A database
+ * without a running worker has nothing to wake: its worker polls on start.
+ */
+void
+VqWakeDatabase(Oid dboid, bool due_now, TimestampTz next_due)
+{
+	if (VqShared == NULL)
+		return;
+
+	LWLockAcquire(VqShared->lock, LW_SHARED);
+	for (int i = 0; i < VqShared->nslots; i++)
+	{
+		VqDatabaseSlot *slot = &VqShared->slots[i];
+
+		if (slot->dboid != dboid)
+			continue;
+		if (due_now)
+			pg_atomic_fetch_add_u64(&slot->wake_count, 1);
+		else
+		{
+			uint64		cur = pg_atomic_read_u64(&slot->next_due);
+
+			while ((int64) cur > next_due &&
+				   !pg_atomic_compare_exchange_u64(&slot->next_due, &cur, (uint64) next_due))
+				;
+		}
+		if (slot->worker_latch != NULL)
+			SetLatch(slot->worker_latch);
+		break;
+	}
+	LWLockRelease(VqShared->lock);
+}

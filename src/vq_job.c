@@ -1,0 +1,83 @@
+/*
+ * vq_job.c: library entry point. Refuses to load outside
+ * shared_preload_libraries, defines the vq.* settings and asks each subsystem
+ * to register what it needs (shared memory, caches).
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/guc.h"
+
+#include "compat.h"
+#include "registry.h"
+#include "shmem.h"
+#include "vq_job.h"
+
+PG_MODULE_MAGIC;
+
+int			vq_execution_timeout_ms = 300000;
+int			vq_progress_flush_interval_ms = 10000;
+char	   *vq_databases = NULL;
+int			vq_max_databases = 16;
+
+void		_PG_init(void);
+
+/* True when name matches ^[a-zA-Z0-9._-]{1,128}$. */
+bool
+vq_valid_name(const char *name, int len)
+{
+	if (len < 1 || len > VQ_NAME_MAX)
+		return false;
+	for (int i = 0; i < len; i++)
+	{
+		char		c = name[i];
+
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+			  (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
+			return false;
+	}
+	return true;
+}
+
+/* Define the vq.* configuration parameters and reserve the prefix. */
+static void
+DefineSettings(void)
+{
+	DefineCustomIntVariable("vq.execution_timeout_ms",
+							"Time a job execution may take before it is abandoned (0 disables).",
+							NULL, &vq_execution_timeout_ms, 300000, 0, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("vq.progress_flush_interval_ms",
+							"Interval at which running jobs' progress and logs are persisted (0 = only at the end).",
+							NULL, &vq_progress_flush_interval_ms, 10000, 0, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomStringVariable("vq.databases",
+							   "Comma-separated databases the workers serve; empty means every database with the extension.",
+							   NULL, &vq_databases, "",
+							   PGC_SIGHUP, GUC_LIST_INPUT, NULL, NULL, NULL);
+	DefineCustomIntVariable("vq.max_databases",
+							"Number of databases vq_job can serve at once (shared memory slots).",
+							NULL, &vq_max_databases, 16, 1, 1024,
+							PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	MarkGUCPrefixReserved("vq");
+}
+
+void
+_PG_init(void)
+{
+	if (!process_shared_preload_libraries_in_progress)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("vq_job must be loaded via shared_preload_libraries"),
+				 errhint("Add vq_job to shared_preload_libraries in postgresql.conf and restart the server.")));
+
+	DefineSettings();
+
+	/* pg_upgrade's binary-upgrade server must not run workers or touch jobs. */
+	if (IsBinaryUpgrade)
+		return;
+
+	VqShmemInit();
+	VqRegistryInit();
+}

@@ -1,0 +1,42 @@
+/*
+ * vq_job.h: declarations shared by the vq_job sources (GUCs, error codes, limits).
+ */
+#ifndef VQ_JOB_H
+#define VQ_JOB_H
+
+#include "postgres.h"
+
+/* Handler and queue names: ^[a-zA-Z0-9._-]{1,128}$ */
+#define VQ_NAME_MAX 128
+/* A caller-supplied job_id is 1 to this many bytes. */
+#define VQ_JOB_ID_MAX 255
+#define VQ_MAX_ATTEMPTS_LIMIT 1000
+
+#define VQ_DEFAULT_QUEUE "default"
+#define VQ_DEFAULT_PRIORITY 0
+#define VQ_DEFAULT_MAX_ATTEMPTS 3
+
+/*
+ * SQLSTATEs. Class VQ0xx: enqueue validation; VQ1xx: configuration (queues,
+ * handlers, contract overrides). Persistence errors keep PostgreSQL's own codes
+ * (40001, 40P01, 55P03, 08xxx), which clients already treat as retryable.
+ */
+#define ERRCODE_VQ_INVALID_HANDLER_NAME     MAKE_SQLSTATE('V','Q','0','0','1')
+#define ERRCODE_VQ_HANDLER_NOT_REGISTERED   MAKE_SQLSTATE('V','Q','0','0','2')
+#define ERRCODE_VQ_INVALID_MAX_ATTEMPTS     MAKE_SQLSTATE('V','Q','0','0','3')
+#define ERRCODE_VQ_UNKNOWN_QUEUE            MAKE_SQLSTATE('V','Q','0','0','4')
+#define ERRCODE_VQ_CONTEXT_COLLISION        MAKE_SQLSTATE('V','Q','0','0','5')
+#define ERRCODE_VQ_INVALID_METADATA         MAKE_SQLSTATE('V','Q','0','0','6')
+#define ERRCODE_VQ_INVALID_JOB_ID           MAKE_SQLSTATE('V','Q','0','0','7')
+#define ERRCODE_VQ_INVALID_ARGUMENT         MAKE_SQLSTATE('V','Q','0','0','8')
+
+/* GUCs (vq_job.c). */
+extern int	vq_execution_timeout_ms;
+extern int	vq_progress_flush_interval_ms;
+extern char *vq_databases;
+extern int	vq_max_databases;
+
+/* True when name matches ^[a-zA-Z0-9._-]{1,128}$. */
+extern bool vq_valid_name(const char *name, int len);
+
+#endif							/* VQ_JOB_H */
