@@ -323,7 +323,7 @@ $$;
 -- Raise one error listing every violation (message: the first; detail: all of them).
 CREATE FUNCTION vq.raise_violations(violations text[], errcode text, summary text)
 RETURNS void
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
