@@ -303,7 +303,7 @@ DECLARE
 BEGIN
     IF queue_name IS NULL OR queue_name !~ '^[a-zA-Z0-9._-]{1,128}$' THEN
         v := v || format('queue %s: name must match ^[a-zA-Z0-9._-]{1,128}$',
-                         coalesce(quote_literal(queue_name), 'NULL'));
+                         coalesce('"' || queue_name || '"', 'NULL'));
         queue_name := coalesce(queue_name, '');
     END IF;
     FOR i IN 1 .. 5 LOOP
@@ -363,12 +363,18 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'VQ101', MESSAGE = format('queue "%s" already exists', name),
             HINT = 'Use vq_alter_queue() to change it.';
     END IF;
-    INSERT INTO vq.queue AS x (name, sleep_delay_ms, max_concurrent_jobs, backoff_strategy,
-                               backoff_base_delay_ms, backoff_max_delay_ms, instances)
-    VALUES (name, coalesce(sleep_delay_ms, 5000), coalesce(max_concurrent_jobs, 5),
-            upper(coalesce(backoff_strategy, 'LINEAR')), coalesce(backoff_base_delay_ms, 30000),
-            coalesce(backoff_max_delay_ms, 3600000), coalesce(instances, 1))
-    RETURNING x.* INTO q;
+    BEGIN
+        INSERT INTO vq.queue AS x (name, sleep_delay_ms, max_concurrent_jobs, backoff_strategy,
+                                   backoff_base_delay_ms, backoff_max_delay_ms, instances)
+        VALUES (name, coalesce(sleep_delay_ms, 5000), coalesce(max_concurrent_jobs, 5),
+                upper(coalesce(backoff_strategy, 'LINEAR')), coalesce(backoff_base_delay_ms, 30000),
+                coalesce(backoff_max_delay_ms, 3600000), coalesce(instances, 1))
+        RETURNING x.* INTO q;
+    EXCEPTION WHEN unique_violation THEN
+        -- created concurrently since the check above
+        RAISE EXCEPTION USING ERRCODE = 'VQ101', MESSAGE = format('queue "%s" already exists', name),
+            HINT = 'Use vq_alter_queue() to change it.';
+    END;
     RETURN q;
 END
 $$;
@@ -430,7 +436,7 @@ BEGIN
      WHERE j.queue OPERATOR(pg_catalog.=) vq_drop_queue.name AND j.state IN ('ENQUEUED', 'RUNNING');
     IF n > 0 THEN
         RAISE EXCEPTION USING ERRCODE = 'VQ103',
-            MESSAGE = format('queue "%s" still holds %s unfinished jobs', name, n);
+            MESSAGE = format('queue "%s" still holds %s unfinished job(s)', name, n);
     END IF;
     IF EXISTS (SELECT 1 FROM vq.handler h WHERE h.queue OPERATOR(pg_catalog.=) vq_drop_queue.name)
        OR EXISTS (SELECT 1 FROM vq.contract_override o WHERE o.queue OPERATOR(pg_catalog.=) vq_drop_queue.name) THEN
@@ -444,7 +450,8 @@ $$;
 -- Every violation of one contract override.
 CREATE FUNCTION vq.override_violations(handler text, queue text, max_attempts bigint,
                                        queue_field text DEFAULT 'queue',
-                                       max_attempts_field text DEFAULT 'max_attempts')
+                                       max_attempts_field text DEFAULT 'max_attempts',
+                                       new_queues text[] DEFAULT '{}')
 RETURNS text[]
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -454,13 +461,14 @@ DECLARE
 BEGIN
     IF handler IS NULL OR handler !~ '^[a-zA-Z0-9._-]{1,128}$' THEN
         v := v || format('contract %s: handler name must match ^[a-zA-Z0-9._-]{1,128}$',
-                         coalesce(quote_literal(handler), 'NULL'));
+                         coalesce('"' || handler || '"', 'NULL'));
     END IF;
     IF max_attempts IS NOT NULL AND max_attempts NOT BETWEEN 1 AND 1000 THEN
         v := v || format('contract "%s": %s must be between 1 and 1000, got %s',
                          handler, max_attempts_field, max_attempts);
     END IF;
-    IF queue IS NOT NULL AND NOT EXISTS (SELECT 1 FROM vq.queue x WHERE x.name OPERATOR(pg_catalog.=) queue) THEN
+    IF queue IS NOT NULL AND NOT queue OPERATOR(pg_catalog.=) ANY (new_queues)
+       AND NOT EXISTS (SELECT 1 FROM vq.queue x WHERE x.name OPERATOR(pg_catalog.=) queue) THEN
         v := v || format('contract "%s": %s "%s" does not exist', handler, queue_field, queue);
     END IF;
     RETURN v;
@@ -557,7 +565,37 @@ BEGIN
                                            THEN q.body ->> 'backoffStrategy' END,
                                       nums[4], nums[5], nums[6], qkeys);
     END LOOP;
+    -- Validate every contract override; it may name a queue this document creates.
+    FOR c IN SELECT e.key AS name, e.value AS body FROM jsonb_each(coalesce(config -> 'contracts', '{}')) e LOOP
+        IF jsonb_typeof(c.body) <> 'object' THEN
+            v := v || format('contract "%s": settings must be a JSON object', c.name);
+            CONTINUE;
+        END IF;
+        FOR k IN SELECT jsonb_object_keys(c.body) LOOP
+            IF k <> ALL (ckeys) THEN
+                v := v || format('contract "%s": unknown field "%s"', c.name, k);
+            END IF;
+        END LOOP;
+        IF c.body ? 'queue' AND jsonb_typeof(c.body -> 'queue') <> 'string' THEN
+            v := v || format('contract "%s": queue must be a string', c.name);
+        END IF;
+        FOREACH k IN ARRAY ARRAY['maxAttempts', 'priority'] LOOP
+            IF c.body ? k AND (jsonb_typeof(c.body -> k) <> 'number'
+                               OR (c.body ->> k) !~ '^-?[0-9]{1,9}$') THEN
+                v := v || format('contract "%s": %s must be an integer, got %s', c.name, k, c.body -> k);
+            END IF;
+        END LOOP;
+        v := v || vq.override_violations(
+                      c.name,
+                      CASE WHEN jsonb_typeof(c.body -> 'queue') = 'string' THEN c.body ->> 'queue' END,
+                      CASE WHEN jsonb_typeof(c.body -> 'maxAttempts') = 'number'
+                                AND (c.body ->> 'maxAttempts') ~ '^-?[0-9]{1,9}$'
+                           THEN (c.body ->> 'maxAttempts')::bigint END,
+                      'queue', 'maxAttempts',
+                      ARRAY(SELECT jsonb_object_keys(coalesce(config -> 'queues', '{}'))));
+    END LOOP;
     PERFORM vq.raise_violations(v, 'VQ101', 'invalid configuration');
+
 
     -- Apply queues, so contracts below may name queues created by this same call.
     FOR q IN SELECT e.key AS name, e.value AS body FROM jsonb_each(coalesce(config -> 'queues', '{}')) e LOOP
@@ -580,34 +618,6 @@ BEGIN
             updated_at            = now();
     END LOOP;
 
-    -- Validate every contract override against the queues as they now are.
-    FOR c IN SELECT e.key AS name, e.value AS body FROM jsonb_each(coalesce(config -> 'contracts', '{}')) e LOOP
-        IF jsonb_typeof(c.body) <> 'object' THEN
-            v := v || format('contract "%s": settings must be a JSON object', c.name);
-            CONTINUE;
-        END IF;
-        FOR k IN SELECT jsonb_object_keys(c.body) LOOP
-            IF k <> ALL (ckeys) THEN
-                v := v || format('contract "%s": unknown field "%s"', c.name, k);
-            END IF;
-        END LOOP;
-        IF c.body ? 'queue' AND jsonb_typeof(c.body -> 'queue') <> 'string' THEN
-            v := v || format('contract "%s": queue must be a string', c.name);
-        END IF;
-        FOREACH k IN ARRAY ARRAY['maxAttempts', 'priority'] LOOP
-            IF c.body ? k AND (jsonb_typeof(c.body -> k) <> 'number'
-                               OR (c.body ->> k) !~ '^-?[0-9]{1,9}$') THEN
-                v := v || format('contract "%s": %s must be an integer, got %s', c.name, k, c.body -> k);
-            END IF;
-        END LOOP;
-        IF cardinality(v) = 0 THEN
-            v := v || vq.override_violations(c.name,
-                                             CASE WHEN jsonb_typeof(c.body -> 'queue') = 'string' THEN c.body ->> 'queue' END,
-                                             (c.body ->> 'maxAttempts')::bigint, 'queue', 'maxAttempts');
-        END IF;
-    END LOOP;
-    PERFORM vq.raise_violations(v, 'VQ101', 'invalid configuration');
-
     FOR c IN SELECT e.key AS name, e.value AS body FROM jsonb_each(coalesce(config -> 'contracts', '{}')) e LOOP
         INSERT INTO vq.contract_override AS o (handler, queue, priority, max_attempts)
         VALUES (c.name, c.body ->> 'queue', (c.body ->> 'priority')::int, (c.body ->> 'maxAttempts')::int)
@@ -627,7 +637,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v text[] := '{}';
-    label text := coalesce(what, format('handler %s', coalesce(quote_ident(name), 'NULL')));
+    label text := coalesce(what, format('handler %s', coalesce('"' || name || '"', 'NULL')));
     p record;
 BEGIN
     IF name IS NULL OR name !~ '^[a-zA-Z0-9._-]{1,128}$' THEN
@@ -670,17 +680,24 @@ $$;
 CREATE FUNCTION vq.insert_handler(name text, kind text, fn regprocedure, channel text,
                                   queue text, priority integer, max_attempts integer)
 RETURNS void
-LANGUAGE sql
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
+BEGIN
     -- With search_path pinned to pg_catalog, fn::text names every other schema explicitly.
-    INSERT INTO vq.handler (name, kind, fn, takes_context, channel, address, queue, priority, max_attempts)
-    SELECT name, kind, fn,
+    INSERT INTO vq.handler AS h (name, kind, fn, takes_context, channel, address, queue, priority, max_attempts)
+    SELECT insert_handler.name, insert_handler.kind, insert_handler.fn,
            coalesce((SELECT pr.pronargs OPERATOR(pg_catalog.=) 2 FROM pg_catalog.pg_proc pr
-                      WHERE pr.oid OPERATOR(pg_catalog.=) fn::oid), false),
-           channel,
-           CASE kind WHEN 'function' THEN fn::text ELSE 'notify:' OPERATOR(pg_catalog.||) channel END,
-           queue, priority, max_attempts;
+                      WHERE pr.oid OPERATOR(pg_catalog.=) insert_handler.fn::oid), false),
+           insert_handler.channel,
+           CASE insert_handler.kind WHEN 'function' THEN insert_handler.fn::text
+                ELSE 'notify:' OPERATOR(pg_catalog.||) insert_handler.channel END,
+           insert_handler.queue, insert_handler.priority, insert_handler.max_attempts;
+EXCEPTION WHEN unique_violation THEN
+    -- registered concurrently since it was validated
+    RAISE EXCEPTION USING ERRCODE = 'VQ102',
+        MESSAGE = format('handler "%s": name is already registered', insert_handler.name);
+END
 $$;
 
 CREATE FUNCTION vq_register_handler(name text, fn regprocedure, queue text DEFAULT NULL,
@@ -735,7 +752,7 @@ BEGIN
             v := v || format('element %s: must be a JSON object', h.pos);
             CONTINUE;
         END IF;
-        label := format('element %s (handler %s)', h.pos, coalesce(quote_ident(h.body ->> 'name'), 'NULL'));
+        label := format('element %s (handler %s)', h.pos, coalesce('"' || (h.body ->> 'name') || '"', 'NULL'));
         ok := true;
         FOR k IN SELECT jsonb_object_keys(h.body) LOOP
             IF k <> ALL (allowed) THEN
@@ -754,24 +771,38 @@ BEGIN
         END IF;
         fn := NULL;
         IF h.body ? 'function' THEN
-            fn := pg_catalog.to_regprocedure(h.body ->> 'function');
-            IF fn IS NULL THEN
-                v := v || format('%s: function %s does not exist', label, coalesce(h.body ->> 'function', 'NULL'));
-                ok := false;
+            IF jsonb_typeof(h.body -> 'function') <> 'string' THEN
+                v := v || format('%s: function must be a string such as "schema.fn(jsonb)"', label);
+            ELSE
+                BEGIN
+                    fn := pg_catalog.to_regprocedure(h.body ->> 'function');
+                    IF fn IS NULL THEN
+                        v := v || format('%s: function %s does not exist', label, h.body ->> 'function');
+                    END IF;
+                EXCEPTION WHEN OTHERS THEN
+                    -- to_regprocedure still raises for malformed signatures and unknown types
+                    v := v || format('%s: function %s is not a valid function signature (%s)',
+                                     label, h.body ->> 'function', SQLERRM);
+                END;
             END IF;
         END IF;
         IF (h.body ->> 'name') = ANY (seen) THEN
             v := v || format('%s: name appears more than once in this set', label);
         END IF;
         seen := seen || (h.body ->> 'name');
-        IF ok OR fn IS NOT NULL OR h.body ? 'channel' THEN
-            v := v || vq.handler_violations(h.body ->> 'name',
+        IF h.body ? 'channel' AND jsonb_typeof(h.body -> 'channel') <> 'string' THEN
+            v := v || format('%s: channel must be a string', label);
+        END IF;
+        IF h.body ? 'queue' AND jsonb_typeof(h.body -> 'queue') <> 'string' THEN
+            v := v || format('%s: queue must be a string', label);
+        END IF;
+        -- a missing or malformed function was reported above; do not report it twice
+        v := v || pg_catalog.array_remove(
+                      vq.handler_violations(h.body ->> 'name',
                                             CASE WHEN h.body ? 'function' THEN 'function' ELSE 'notify' END,
                                             fn, h.body ->> 'channel', h.body ->> 'queue',
-                                            CASE WHEN ok THEN (h.body ->> 'maxAttempts')::bigint END, label)
-                 -- a missing function was reported above; do not report it twice
-                 - ARRAY[format('%s: function is missing', label)];
-        END IF;
+                                            CASE WHEN ok THEN (h.body ->> 'maxAttempts')::bigint END, label),
+                      format('%s: function is missing', label));
     END LOOP;
     PERFORM vq.raise_violations(v, 'VQ102', 'handler registration failed');
 
@@ -800,7 +831,7 @@ $$;
 
 REVOKE ALL ON FUNCTION vq.queue_violations(text, bigint, bigint, text, bigint, bigint, bigint, text[]),
                        vq.raise_violations(text[], text, text),
-                       vq.override_violations(text, text, bigint, text, text),
+                       vq.override_violations(text, text, bigint, text, text, text[]),
                        vq.handler_violations(text, text, regprocedure, text, text, bigint, text),
                        vq.insert_handler(text, text, regprocedure, text, text, integer, integer),
                        vq_create_queue(text, integer, integer, text, integer, integer, integer),

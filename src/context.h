@@ -15,7 +15,10 @@
  */
 extern Jsonb *VqMergeBoundContext(Jsonb *metadata);
 
-/* Bind a job's context for the duration of its execution; returns what was bound before. */
-extern Jsonb *VqBindContext(Jsonb *context);
+/* Define the vq.context setting that holds the bound context (from _PG_init). */
+extern void VqContextInit(void);
+
+/* Bind a job's context for the current GUC nest level (the executor ends it with the job). */
+extern void VqBindContext(Jsonb *context);
 
 #endif							/* VQ_CONTEXT_H */

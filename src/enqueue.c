@@ -196,6 +196,20 @@ NewUuid(pg_uuid_t *uuid)
 	uuid->data[8] = (uuid->data[8] & 0x3f) | 0x80;
 }
 
+/*
+ * A job_id held by another role's unfinished job: the caller may learn that
+ * job's execution_id only if it may see the job (is a member of its role).
+ */
+static void
+CheckHolderVisible(Oid caller, Oid holder_role, const char *job_id)
+{
+	if (!has_privs_of_role(caller, holder_role))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("job_id \"%s\" is held by an unfinished job of another role", job_id),
+				 errhint("Use a different job_id; job ids are unique among unfinished jobs of all roles.")));
+}
+
 /* Validate a caller-supplied job_id. */
 static void
 CheckJobId(text *job_id)
@@ -384,14 +398,20 @@ InsertOne(const JobSpec *spec, Datum payload, bool payload_null, text *job_id)
 				break;
 			}
 			if (SPI_execute_plan(KeepPlan(&holder_one_plan,
-										  "SELECT execution_id FROM vq.job"
+										  "SELECT execution_id, enqueued_by FROM vq.job"
 										  " WHERE job_id OPERATOR(pg_catalog.=) $1 AND " ACTIVE_STATES,
 										  1, (Oid[]) {TEXTOID}),
 								 &values[1], NULL, false, 1) != SPI_OK_SELECT)
 				elog(ERROR, "vq_job: job_id lookup failed");
 			if (SPI_processed == 1)
+			{
+				CheckHolderVisible(saved.userid,
+								   DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+																  2, &isnull)),
+								   text_to_cstring(job_id));
 				result = SPI_datumTransfer(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
 														 1, &isnull), false, UUID_LEN);
+			}
 		}
 	}
 
@@ -452,7 +472,7 @@ ArrayLength(ArrayType *array, const char *what)
  * finished since the insert): the caller inserts again.
  */
 static bool
-FillHolders(ArrayType *job_ids, Datum *ids, int n)
+FillHolders(ArrayType *job_ids, Datum *ids, int n, Oid caller)
 {
 	HASHCTL		ctl;
 	HTAB	   *holders;
@@ -462,7 +482,7 @@ FillHolders(ArrayType *job_ids, Datum *ids, int n)
 	Datum		arg = PointerGetDatum(job_ids);
 
 	if (SPI_execute_plan(KeepPlan(&holder_many_plan,
-								  "SELECT job_id, execution_id FROM vq.job"
+								  "SELECT job_id, execution_id, enqueued_by FROM vq.job"
 								  " WHERE job_id OPERATOR(pg_catalog.=) ANY ($1) AND " ACTIVE_STATES,
 								  1, (Oid[]) {TEXTARRAYOID}),
 						 &arg, NULL, false, 0) != SPI_OK_SELECT)
@@ -479,6 +499,9 @@ FillHolders(ArrayType *job_ids, Datum *ids, int n)
 		char	   *key = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
 		char	   *entry = hash_search(holders, key, HASH_ENTER, NULL);
 
+		CheckHolderVisible(caller,
+						   DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3, &isnull)),
+						   key);
 		memcpy(entry + VQ_JOB_ID_MAX + 1,
 			   DatumGetUUIDP(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull)),
 			   sizeof(pg_uuid_t));
@@ -535,7 +558,7 @@ vq_enqueue_many(PG_FUNCTION_ARGS)
 		if (ArrayLength(job_ids, "job_ids") != n)
 			ereport(ERROR,
 					(errcode(ERRCODE_VQ_INVALID_JOB_ID),
-					 errmsg("job_ids has %d elements but payloads has %d",
+					 errmsg("job_ids and payloads must have the same length, got %d and %d",
 							ArrayLength(job_ids, "job_ids"), n)));
 		deconstruct_array(job_ids, TEXTOID, -1, false, TYPALIGN_INT, &keys, &key_nulls, &nkeys);
 		for (int i = 0; i < nkeys; i++)
@@ -586,7 +609,7 @@ vq_enqueue_many(PG_FUNCTION_ARGS)
 							  "INSERT INTO vq.job " JOB_COLUMNS MANY_SELECT ON_ACTIVE_CONFLICT,
 							  NPARAMS, many_types),
 					 values, nulls, SPI_OK_INSERT);
-			if (FillHolders(job_ids, ids, n))
+			if (FillHolders(job_ids, ids, n, saved.userid))
 				break;
 		}
 	}

@@ -62,9 +62,9 @@ VqShmemStartup(void)
 		{
 			VqDatabaseSlot *slot = &VqShared->slots[i];
 
+			memset(slot, 0, sizeof(VqDatabaseSlot));
 			slot->dboid = InvalidOid;
-			slot->worker_pid = 0;
-			slot->worker_latch = NULL;
+			slot->state = VQ_DB_FREE;
 			pg_atomic_init_u64(&slot->wake_count, 0);
 			pg_atomic_init_u64(&slot->next_due, (uint64) VQ_NO_NEXT_DUE);
 		}
@@ -86,38 +86,60 @@ VqShmemInit(void)
 	shmem_startup_hook = VqShmemStartup;
 }
 
+/* The slot of a database, or NULL (caller holds VqShared->lock). */
+VqDatabaseSlot *
+VqFindDatabaseSlot(Oid dboid)
+{
+	for (int i = 0; i < VqShared->nslots; i++)
+		if (VqShared->slots[i].dboid == dboid)
+			return &VqShared->slots[i];
+	return NULL;
+}
+
 /*
- * Tell the workers of a database that work was committed. Due work bumps the
+ * Tell the executors of a database that work was committed. Due work bumps the
  * wake counter; future work lowers next_due to the earliest instant known.
- * Either way the worker's latch is set so it re-plans its sleep. A database
- * without a running worker has nothing to wake: its worker polls on start.
+ * Either way every executor's latch is set so it re-plans its sleep. A
+ * database without running executors has nothing to wake: they poll on start.
  */
 void
 VqWakeDatabase(Oid dboid, bool due_now, TimestampTz next_due)
 {
+	VqDatabaseSlot *slot;
+
 	if (VqShared == NULL)
 		return;
 
 	LWLockAcquire(VqShared->lock, LW_SHARED);
-	for (int i = 0; i < VqShared->nslots; i++)
+	slot = VqFindDatabaseSlot(dboid);
+	if (slot != NULL)
 	{
-		VqDatabaseSlot *slot = &VqShared->slots[i];
-
-		if (slot->dboid != dboid)
-			continue;
 		if (due_now)
 			pg_atomic_fetch_add_u64(&slot->wake_count, 1);
 		else
 		{
 			uint64		cur = pg_atomic_read_u64(&slot->next_due);
 
+			/* lower next_due to ours unless it is already earlier */
 			while ((int64) cur > next_due &&
 				   !pg_atomic_compare_exchange_u64(&slot->next_due, &cur, (uint64) next_due))
 				;
 		}
-		if (slot->worker_latch != NULL)
-			SetLatch(slot->worker_latch);
-		break;
+		for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
+			if (slot->executors[i].pid != 0 && slot->executors[i].latch != NULL)
+				SetLatch(slot->executors[i].latch);
 	}
+	LWLockRelease(VqShared->lock);
+}
+
+/* Wake the launcher (e.g. after CREATE EXTENSION commits in this database). */
+void
+VqWakeLauncher(void)
+{
+	if (VqShared == NULL)
+		return;
+	LWLockAcquire(VqShared->lock, LW_SHARED);
+	if (VqShared->launcher_latch != NULL)
+		SetLatch(VqShared->launcher_latch);
 	LWLockRelease(VqShared->lock);
 }

@@ -1,6 +1,8 @@
 /*
- * shmem.h: vq_job's shared state: one slot per served database, through which
- * committing enqueuers wake that database's workers.
+ * shmem.h: vq_job's shared state. One slot per served database, assigned by
+ * the launcher; inside it one entry per executor process. Committing
+ * enqueuers wake the database's executors through it; executors publish what
+ * they run (for vq.running_jobs and claim-capacity accounting) through it.
  */
 #ifndef VQ_SHMEM_H
 #define VQ_SHMEM_H
@@ -11,22 +13,59 @@
 #include "storage/latch.h"
 #include "storage/lwlock.h"
 #include "utils/timestamp.h"
+#include "utils/uuid.h"
 
-/* Nothing known to be due: the "next due" slot value when no future job is known. */
+#include "vq_job.h"
+
+/* "Nothing known to be due": the next-due value when no future job is known. */
 #define VQ_NO_NEXT_DUE PG_INT64_MAX
+
+/* Most executor processes one database can have (vq.executors_per_database is capped by it). */
+#define VQ_MAX_EXECUTORS 16
+
+typedef enum VqDatabaseState
+{
+	VQ_DB_FREE = 0,				/* slot unused */
+	VQ_DB_STARTING,				/* launcher started the first executor; extension not yet checked */
+	VQ_DB_NO_EXTENSION,			/* the database has no vq_job: recheck later or when woken */
+	VQ_DB_ACTIVE				/* the extension is there; executors serve it */
+} VqDatabaseState;
+
+/* One executor process and what it is doing (all fields under the database slot's lock). */
+typedef struct VqExecutorSlot
+{
+	int			pid;			/* 0 when the entry is free */
+	TimestampTz started_at;		/* with pid, identifies this incarnation in vq.job.worker_* */
+	Latch	   *latch;
+	/* claim accounting: rows this executor has claimed and not finished, and their queue */
+	char		queue[VQ_NAME_MAX + 1];
+	int			claimed;
+	/* the job running now, if any */
+	bool		running;
+	pg_uuid_t	execution_id;
+	char		handler[VQ_NAME_MAX + 1];
+	int			attempt_number;
+	TimestampTz job_started_at;
+	bool		cancel_requested;
+	int64		progress_total;
+	int64		progress_succeeded;
+	int64		progress_failed;
+} VqExecutorSlot;
 
 typedef struct VqDatabaseSlot
 {
-	Oid			dboid;			/* InvalidOid when the slot is free */
-	int			worker_pid;		/* the database's main worker, 0 when none */
-	Latch	   *worker_latch;	/* set to wake that worker */
+	Oid			dboid;			/* InvalidOid when free */
+	VqDatabaseState state;
+	TimestampTz state_since;
+	TimestampTz paused_until;	/* a utility statement needs the database alone until then */
 	pg_atomic_uint64 wake_count;	/* commits that enqueued due work */
 	pg_atomic_uint64 next_due;	/* earliest future scheduled_at enqueued (TimestampTz) */
+	VqExecutorSlot executors[VQ_MAX_EXECUTORS];
 } VqDatabaseSlot;
 
 typedef struct VqSharedState
 {
-	LWLock	   *lock;			/* protects slot assignment and latches */
+	LWLock	   *lock;			/* protects slot assignment and every field not atomic */
 	int			launcher_pid;
 	Latch	   *launcher_latch;
 	int			nslots;
@@ -38,7 +77,13 @@ extern VqSharedState *VqShared;
 /* Register the shared-memory request and startup hooks (from _PG_init). */
 extern void VqShmemInit(void);
 
-/* Tell the workers of a database that work was committed: due now, or at next_due. */
+/* The slot of a database, or NULL (caller holds VqShared->lock). */
+extern VqDatabaseSlot *VqFindDatabaseSlot(Oid dboid);
+
+/* Tell the executors of a database that work was committed: due now, or at next_due. */
 extern void VqWakeDatabase(Oid dboid, bool due_now, TimestampTz next_due);
+
+/* Wake the launcher (e.g. after CREATE EXTENSION commits in this database). */
+extern void VqWakeLauncher(void);
 
 #endif							/* VQ_SHMEM_H */

@@ -10,6 +10,7 @@
 #include "utils/guc.h"
 
 #include "compat.h"
+#include "context.h"
 #include "registry.h"
 #include "shmem.h"
 #include "vq_job.h"
@@ -60,6 +61,7 @@ DefineSettings(void)
 							"Number of databases vq_job can serve at once (shared memory slots).",
 							NULL, &vq_max_databases, 16, 1, 1024,
 							PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	VqContextInit();
 	MarkGUCPrefixReserved("vq");
 }
 
