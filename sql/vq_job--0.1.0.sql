@@ -170,7 +170,7 @@ GRANT SELECT ON vq.job, vq.job_transition, vq.job_log, vq.outbox TO PUBLIC;
 
 ALTER TABLE vq.job ENABLE ROW LEVEL SECURITY;
 CREATE POLICY job_visible_to_enqueuer ON vq.job FOR SELECT
-    USING (pg_catalog.pg_has_role(CURRENT_USER, enqueued_by, 'MEMBER'));
+    USING (pg_catalog.pg_has_role(CURRENT_USER, enqueued_by, 'USAGE'));
 
 ALTER TABLE vq.job_transition ENABLE ROW LEVEL SECURITY;
 CREATE POLICY job_transition_visible_to_enqueuer ON vq.job_transition FOR SELECT
@@ -184,7 +184,7 @@ CREATE POLICY job_log_visible_to_enqueuer ON vq.job_log FOR SELECT
 
 ALTER TABLE vq.outbox ENABLE ROW LEVEL SECURITY;
 CREATE POLICY outbox_visible_to_publisher ON vq.outbox FOR SELECT
-    USING (pg_catalog.pg_has_role(CURRENT_USER, published_by, 'MEMBER'));
+    USING (pg_catalog.pg_has_role(CURRENT_USER, published_by, 'USAGE'));
 
 ------------------------------------------------------------------------------
 -- Registry cache invalidation: a change to queues, handlers or overrides invalidates

@@ -606,7 +606,9 @@ vq_enqueue_many(PG_FUNCTION_ARGS)
 			if (tries >= 100)
 				elog(ERROR, "vq_job: could not settle the batch's job_ids after %d tries", tries);
 			RunWrite(KeepPlan(&insert_many_idempotent_plan,
-							  "INSERT INTO vq.job " JOB_COLUMNS MANY_SELECT ON_ACTIVE_CONFLICT,
+							  "INSERT INTO vq.job " JOB_COLUMNS MANY_SELECT
+							  /* a fixed order: two batches sharing new ids cannot deadlock */
+							  " ORDER BY u.j COLLATE pg_catalog.\"C\"" ON_ACTIVE_CONFLICT,
 							  NPARAMS, many_types),
 					 values, nulls, SPI_OK_INSERT);
 			if (FillHolders(job_ids, ids, n, saved.userid))

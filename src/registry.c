@@ -191,7 +191,7 @@ LoadHandlers(VqRegistry *reg)
 					   " coalesce(o.max_attempts, h.max_attempts, 3)"
 					   " FROM vq.handler h"
 					   " LEFT JOIN vq.contract_override o ON o.handler OPERATOR(pg_catalog.=) h.name"
-					   " ORDER BY h.name COLLATE \"C\""));
+					   " ORDER BY h.name COLLATE pg_catalog.\"C\""));
 	reg->handler_hash = NameHash("vq_job handlers", sizeof(VqHandler));
 	reg->nhandlers = (int) SPI_processed;
 	reg->handlers = MemoryContextAlloc(registry_context,

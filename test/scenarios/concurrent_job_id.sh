@@ -1,0 +1,228 @@
+#!/usr/bin/env bash
+# concurrent_job_id.sh: job_id is an idempotency key among unfinished jobs, race-free.
+#   (a) 8 sessions released at the same instant (they wait on an advisory lock held by a
+#       coordinator) enqueue the same job_id: one row, and all 8 get its execution_id.
+#       Repeated 5 times.
+#   (b) A enqueues job_id X in an open transaction; B enqueues X and blocks on A.
+#       A commits: B returns A's execution_id. A rolls back: B inserts its own row.
+#   (c) pgbench, 8 clients, 2000 transactions of vq_enqueue / vq_enqueue_many over 50 keys:
+#       no failed transaction, and exactly one unfinished row per job_id.
+# Jobs are scheduled far in the future so that no worker runs (and finishes) them meanwhile.
+# Runs against $PGDATABASE (a fresh database with vq_job); exits non-zero on failure.
+set -euo pipefail
+
+: "${PGDATABASE:?PGDATABASE must name a database with vq_job installed}"
+WORK="$(mktemp -d /tmp/vq_sc_job_id.XXXXXX)"
+APP="vqjid$$"                 # application_name prefix of our sessions
+LATER="2999-01-01"            # run_at of every job (no colons: pgbench would read :00 as a variable)
+DEADLINE_SECS=30              # for every wait on another session
+declare -A SESSION_PID=() SESSION_FD=()
+BG_PIDS=()
+
+cleanup() {
+    local name pid fd
+    set +e
+    for name in "${!SESSION_FD[@]}"; do
+        fd="${SESSION_FD[$name]}"
+        exec {fd}>&-
+    done
+    for pid in "${SESSION_PID[@]}" "${BG_PIDS[@]}"; do
+        kill "$pid" 2>/dev/null
+    done
+    wait 2>/dev/null
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+fail() {
+    echo "FAIL: $*" >&2
+    exit 1
+}
+log() { printf -- '-- %s\n' "$*"; }
+
+# q SQL: run one statement in a new session, print the unaligned tuples.
+q() {
+    psql -X -q -v ON_ERROR_STOP=1 -At -c "$1"
+}
+
+# wait_for DESCRIPTION SQL: poll SQL (which returns one boolean) until it is true.
+wait_for() {
+    local what="$1" sql="$2" deadline=$((SECONDS + DEADLINE_SECS))
+    until [[ "$(q "$sql")" == t ]]; do
+        ((SECONDS < deadline)) || fail "timed out after ${DEADLINE_SECS}s waiting for: $what"
+        sleep 0.05
+    done
+}
+
+# A long-lived session fed through a fifo: session_start NAME, session_send NAME SQL,
+# session_end NAME (closes its input and waits for it; fails if psql failed).
+session_start() {
+    local name="$1" fd
+    mkfifo "$WORK/$name.in"
+    PGAPPNAME="$APP-$name" psql -X -q -v ON_ERROR_STOP=1 -At \
+        <"$WORK/$name.in" >"$WORK/$name.out" 2>&1 &
+    SESSION_PID[$name]=$!
+    exec {fd}>"$WORK/$name.in"
+    SESSION_FD[$name]=$fd
+}
+session_send() {
+    printf '%s\n' "$2" >&"${SESSION_FD[$1]}"
+}
+session_end() {
+    local name="$1" rc=0 fd="${SESSION_FD[$1]}"
+    exec {fd}>&-
+    unset "SESSION_FD[$name]"
+    wait "${SESSION_PID[$name]}" || rc=$?
+    unset "SESSION_PID[$name]"
+    rm -f "$WORK/$name.in"
+    ((rc == 0)) || fail "session $name failed (exit $rc): $(cat "$WORK/$name.out")"
+}
+
+# uuid_in FILE: the one execution id printed in FILE (fails unless there is exactly one).
+UUID_RE='^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+uuid_in() {
+    local ids
+    ids="$(grep -E "$UUID_RE" "$1" || true)"
+    [[ -n "$ids" && "$(wc -l <<<"$ids")" -eq 1 ]] ||
+        fail "expected one execution id in $1, got: $(cat "$1")"
+    printf '%s' "$ids"
+}
+
+# rows_for JOB_ID: the execution ids of every row holding JOB_ID (any state).
+rows_for() {
+    q "SELECT execution_id FROM vq.job WHERE job_id = '$1' ORDER BY execution_id"
+}
+
+# ---------------------------------------------------------------------------
+log "setup: handler noop"
+q "CREATE FUNCTION sc_noop(jsonb) RETURNS void LANGUAGE sql AS ''" >/dev/null
+q "SELECT vq_register_handler('noop', 'sc_noop(jsonb)')" >/dev/null
+
+# ---------------------------------------------------------------------------
+# (a) 8 sessions enqueue the same job_id at the same instant.
+race_round() {
+    local round="$1" key=$((7310000 + $1)) jid="race-$1" i pid rc expected id
+    local pids=()
+    log "(a) round $round: 8 sessions enqueue job_id $jid at once"
+    session_start coord
+    session_send coord "SELECT pg_advisory_lock($key);"
+    wait_for "the coordinator to hold advisory lock $key" \
+        "SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+                         WHERE l.locktype = 'advisory' AND l.granted AND l.classid = 0 AND l.objid = $key
+                           AND l.objsubid = 1 AND a.application_name = '$APP-coord')"
+    for i in 1 2 3 4 5 6 7 8; do
+        PGAPPNAME="$APP-racer" psql -X -q -v ON_ERROR_STOP=1 -At \
+            -c "SELECT pg_advisory_lock_shared($key)" \
+            -c "SELECT vq_enqueue('noop', '{\"racer\": $i}', '$LATER', job_id => '$jid')" \
+            >"$WORK/race-$round-$i.out" 2>&1 &
+        pids+=("$!")
+        BG_PIDS+=("$!")
+    done
+    wait_for "8 sessions to wait on advisory lock $key" \
+        "SELECT count(*) = 8 FROM pg_locks
+          WHERE locktype = 'advisory' AND NOT granted AND classid = 0 AND objid = $key AND objsubid = 1
+            AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    session_send coord "SELECT pg_advisory_unlock($key);"
+    for i in "${!pids[@]}"; do
+        rc=0
+        wait "${pids[$i]}" || rc=$?
+        ((rc == 0)) || fail "round $round: racer $((i + 1)) failed (exit $rc): $(cat "$WORK/race-$round-$((i + 1)).out")"
+    done
+    BG_PIDS=()
+    session_end coord
+
+    expected="$(rows_for "$jid")"
+    [[ -n "$expected" && "$(wc -l <<<"$expected")" -eq 1 ]] ||
+        fail "round $round: expected exactly one vq.job row with job_id $jid, got: ${expected:-none}"
+    for i in 1 2 3 4 5 6 7 8; do
+        id="$(uuid_in "$WORK/race-$round-$i.out")"
+        [[ "$id" == "$expected" ]] ||
+            fail "round $round: racer $i got execution_id $id, but the row holding $jid is $expected"
+    done
+}
+for round in 1 2 3 4 5; do
+    race_round "$round"
+done
+
+# ---------------------------------------------------------------------------
+# (b) B waits for A's open transaction holding the job_id, then follows A's outcome.
+held_by_open_transaction() {
+    local outcome="$1" jid="held-$1" a_id b_id rows bpid rc=0 payload
+    log "(b) A holds job_id $jid in an open transaction; B enqueues it; A then does $outcome"
+    session_start a
+    session_send a "BEGIN;"
+    session_send a "SELECT vq_enqueue('noop', '{\"from\": \"A\"}', '$LATER', job_id => '$jid');"
+    wait_for "A to have enqueued $jid (idle in transaction)" \
+        "SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+                         WHERE datname = current_database() AND application_name = '$APP-a'
+                           AND state = 'idle in transaction' AND query LIKE '%vq_enqueue%')"
+    PGAPPNAME="$APP-b" psql -X -q -v ON_ERROR_STOP=1 -At \
+        -c "SELECT vq_enqueue('noop', '{\"from\": \"B\"}', '$LATER', job_id => '$jid')" \
+        >"$WORK/b-$outcome.out" 2>&1 &
+    bpid=$!
+    BG_PIDS+=("$bpid")
+    wait_for "B to block on a lock held by A" \
+        "SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+                         WHERE datname = current_database() AND application_name = '$APP-b'
+                           AND wait_event_type = 'Lock')"
+    kill -0 "$bpid" 2>/dev/null || fail "B returned while A's transaction was still open: $(cat "$WORK/b-$outcome.out")"
+    [[ -s "$WORK/b-$outcome.out" ]] && fail "B printed a result while A's transaction was still open: $(cat "$WORK/b-$outcome.out")"
+    session_send a "$outcome;"
+    wait "$bpid" || rc=$?
+    BG_PIDS=()
+    ((rc == 0)) || fail "B failed (exit $rc): $(cat "$WORK/b-$outcome.out")"
+    session_end a
+
+    a_id="$(uuid_in "$WORK/a.out")"
+    b_id="$(uuid_in "$WORK/b-$outcome.out")"
+    rows="$(rows_for "$jid")"
+    [[ -n "$rows" && "$(wc -l <<<"$rows")" -eq 1 ]] ||
+        fail "$outcome: expected exactly one vq.job row with job_id $jid, got: ${rows:-none}"
+    payload="$(q "SELECT payload ->> 'from' FROM vq.job WHERE job_id = '$jid'")"
+    if [[ "$outcome" == COMMIT ]]; then
+        [[ "$b_id" == "$a_id" ]] || fail "COMMIT: B got $b_id, expected A's execution_id $a_id"
+        [[ "$rows" == "$a_id" && "$payload" == A ]] || fail "COMMIT: the row holding $jid is $rows ($payload), expected A's $a_id"
+    else
+        [[ "$b_id" != "$a_id" ]] || fail "ROLLBACK: B got A's rolled-back execution_id $a_id"
+        [[ "$rows" == "$b_id" && "$payload" == B ]] || fail "ROLLBACK: the row holding $jid is $rows ($payload), expected B's $b_id"
+    fi
+}
+held_by_open_transaction COMMIT
+held_by_open_transaction ROLLBACK
+
+# ---------------------------------------------------------------------------
+# (c) pgbench: many clients, few keys, single and batch enqueues mixed.
+log "(c) pgbench: 8 clients x 250 transactions over job_ids k1..k50"
+cat >"$WORK/enqueue.sql" <<EOF
+\\set k random(1, 50)
+SELECT vq_enqueue('noop', '{}', '$LATER', job_id => 'k' || :k);
+EOF
+cat >"$WORK/enqueue_many.sql" <<EOF
+\\set k1 random(1, 50)
+\\set k2 random(1, 50)
+\\set k3 random(1, 50)
+SELECT vq_enqueue_many('noop', ARRAY['{}', '{}', '{}', '{}']::jsonb[], '$LATER',
+                       job_ids => ARRAY['k' || :k1, 'k' || :k2, 'k' || :k3, NULL]);
+EOF
+rc=0
+pgbench -n -c 8 -j 8 -t 250 -f "$WORK/enqueue.sql@4" -f "$WORK/enqueue_many.sql@1" \
+    >"$WORK/pgbench.out" 2>&1 || rc=$?
+sed 's/^/   | /' "$WORK/pgbench.out" | grep -E 'processed|failed|aborted|ERROR|error' || true
+((rc == 0)) || fail "pgbench exited $rc: $(tail -n 20 "$WORK/pgbench.out")"
+grep -qE '^number of transactions actually processed: 2000/2000$' "$WORK/pgbench.out" ||
+    fail "pgbench did not process 2000/2000 transactions: $(grep -E 'processed' "$WORK/pgbench.out")"
+grep -qE '^number of failed transactions: 0 ' "$WORK/pgbench.out" ||
+    fail "pgbench reported failed transactions: $(grep -E 'failed' "$WORK/pgbench.out")"
+
+read -r unfinished distinct_ids generated < <(q "
+    SELECT count(*) FILTER (WHERE job_id ~ '^k[0-9]+\$'),
+           count(DISTINCT job_id) FILTER (WHERE job_id ~ '^k[0-9]+\$'),
+           count(*) FILTER (WHERE job_id LIKE 'delayed-%')
+      FROM vq.job WHERE handler = 'noop' AND state IN ('ENQUEUED', 'RUNNING')" | tr '|' ' ')
+log "(c) unfinished keyed rows: $unfinished, distinct job_ids: $distinct_ids, generated ids: $generated"
+((unfinished == distinct_ids)) ||
+    fail "some job_id has more than one unfinished row: $unfinished rows for $distinct_ids job_ids"
+((distinct_ids >= 1 && distinct_ids <= 50)) || fail "expected 1..50 distinct job_ids, got $distinct_ids"
+((generated > 0)) || fail "the batches' NULL job_ids inserted nothing"
+
+log "PASS: concurrent job_id"

@@ -1,0 +1,546 @@
+-- security.sql: who may do what.
+--   1. nobody but the owner writes the tables of schema vq (PUBLIC only reads);
+--   2. enqueue requires EXECUTE on the handler function; enqueued_by is current_user;
+--   3. row-level security: a role sees the jobs of the roles it is a member of;
+--   4. plain roles may enqueue/resolve/bind context but not change configuration;
+--   5. every SECURITY DEFINER (and every SQL/PL) function pins a safe search_path;
+--   6. a hostile schema ahead of pg_catalog on the caller's search_path changes nothing;
+--   7. an enqueue never hands one role another role's data.
+\set SHOW_CONTEXT never
+-- Jobs are enqueued far in the future so that no worker ever runs them during the test.
+\set later '2999-01-01 00:00:00+00'
+
+CREATE ROLE sec_a;
+CREATE ROLE sec_b;
+CREATE ROLE sec_c;          -- becomes a member of sec_a
+CREATE ROLE sec_admin;      -- a non-superuser granted the configuration functions
+
+------------------------------------------------------------------------------
+-- 1. Table privileges: PUBLIC may read, nobody else may write.
+------------------------------------------------------------------------------
+-- Every (relation, privilege) in schema vq that PUBLIC or a plain role could use to write: none.
+SELECT c.relname, p.priv
+  FROM pg_class c
+  JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'vq'
+ CROSS JOIN unnest(ARRAY['INSERT', 'UPDATE', 'DELETE', 'TRUNCATE', 'REFERENCES', 'TRIGGER']) AS p(priv)
+ WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f')
+   AND (has_table_privilege('public', c.oid, p.priv) OR has_table_privilege('sec_a', c.oid, p.priv))
+ ORDER BY 1, 2;
+-- Nor the sequences behind the identity columns.
+SELECT c.relname
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'vq'
+ WHERE CASE WHEN c.relkind = 'S'
+            THEN has_sequence_privilege('public', c.oid, 'USAGE') OR has_sequence_privilege('public', c.oid, 'UPDATE') END;
+-- The seven tables, each readable and not writable by a plain role.
+SELECT t AS table_name,
+       has_table_privilege('sec_a', 'vq.' || t, 'SELECT') AS sel,
+       has_table_privilege('sec_a', 'vq.' || t, 'INSERT') AS ins,
+       has_table_privilege('sec_a', 'vq.' || t, 'UPDATE') AS upd,
+       has_table_privilege('sec_a', 'vq.' || t, 'DELETE') AS del,
+       has_table_privilege('sec_a', 'vq.' || t, 'TRUNCATE') AS trunc
+  FROM unnest(ARRAY['job', 'queue', 'handler', 'contract_override', 'job_transition', 'job_log', 'outbox']) AS t;
+
+SET ROLE sec_a;
+INSERT INTO vq.job (execution_id) VALUES (gen_random_uuid());
+\echo :LAST_ERROR_SQLSTATE
+UPDATE vq.job SET priority = 1;
+\echo :LAST_ERROR_SQLSTATE
+DELETE FROM vq.job;
+\echo :LAST_ERROR_SQLSTATE
+TRUNCATE vq.job;
+\echo :LAST_ERROR_SQLSTATE
+INSERT INTO vq.queue (name) VALUES ('sec_q_direct');
+\echo :LAST_ERROR_SQLSTATE
+UPDATE vq.queue SET paused = true;
+\echo :LAST_ERROR_SQLSTATE
+DELETE FROM vq.handler;
+\echo :LAST_ERROR_SQLSTATE
+TRUNCATE vq.contract_override;
+\echo :LAST_ERROR_SQLSTATE
+-- Every table and write privilege, with the SQLSTATE and message it fails with.
+DO $$
+DECLARE
+    t text;
+    op text;
+    col text;
+BEGIN
+    FOR t, col IN SELECT * FROM (VALUES ('job', 'state'), ('queue', 'paused'), ('handler', 'priority'),
+                                        ('contract_override', 'priority'), ('job_transition', 'error'),
+                                        ('job_log', 'message'), ('outbox', 'status')) AS v LOOP
+        FOREACH op IN ARRAY ARRAY['INSERT', 'UPDATE', 'DELETE', 'TRUNCATE'] LOOP
+            BEGIN
+                EXECUTE CASE op
+                    WHEN 'INSERT' THEN format('INSERT INTO vq.%I DEFAULT VALUES', t)
+                    WHEN 'UPDATE' THEN format('UPDATE vq.%I SET %I = %I', t, col, col)
+                    WHEN 'DELETE' THEN format('DELETE FROM vq.%I', t)
+                    ELSE format('TRUNCATE vq.%I', t) END;
+                RAISE NOTICE '% vq.%: ALLOWED', op, t;
+            EXCEPTION WHEN others THEN
+                RAISE NOTICE '% vq.%: % %', op, t, SQLSTATE, SQLERRM;
+            END;
+        END LOOP;
+    END LOOP;
+END
+$$;
+RESET ROLE;
+SELECT count(*) AS queues_named_sec_q_direct FROM vq.queue WHERE name = 'sec_q_direct';
+
+------------------------------------------------------------------------------
+-- 2. EXECUTE on the handler function, and enqueued_by.
+------------------------------------------------------------------------------
+CREATE FUNCTION sec_noop(jsonb) RETURNS void LANGUAGE sql AS '';
+REVOKE EXECUTE ON FUNCTION sec_noop(jsonb) FROM PUBLIC;
+SELECT vq_register_handler('sec_h', 'sec_noop(jsonb)');
+
+SET ROLE sec_b;
+SELECT vq_enqueue('sec_h', '{}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT vq_enqueue_in('sec_h', '{}', '1 hour');
+\echo :LAST_ERROR_SQLSTATE
+SELECT vq_enqueue_many('sec_h', ARRAY['{}', '{}']::jsonb[]);
+\echo :LAST_ERROR_SQLSTATE
+SELECT vq_enqueue('sec_h', '{}', job_id => 'sec-denied');
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+SELECT count(*) AS jobs_after_denied_enqueues FROM vq.job WHERE handler = 'sec_h';
+
+GRANT EXECUTE ON FUNCTION sec_noop(jsonb) TO sec_a, sec_b;
+SET ROLE sec_b;
+SELECT vq_enqueue('sec_h', '{"by": "b"}', :'later', job_id => 'sec-b-1') IS NOT NULL AS enqueued;
+SELECT vq_enqueue_in('sec_h', '{"by": "b"}', '1 hour', job_id => 'sec-b-2') IS NOT NULL AS enqueued;
+SELECT cardinality(vq_enqueue_many('sec_h', ARRAY['{"by": "b"}']::jsonb[], :'later', job_ids => ARRAY['sec-b-3'])) AS enqueued;
+RESET ROLE;
+-- SET ROLE from a superuser session: enqueued_by is the role set, not the session user.
+SET ROLE sec_a;
+SELECT vq_enqueue('sec_h', '{"by": "a"}', :'later', job_id => 'sec-a-1') IS NOT NULL AS enqueued;
+SELECT vq_enqueue('sec_h', '{"by": "a"}', :'later', job_id => 'sec-a-2') IS NOT NULL AS enqueued;
+RESET ROLE;
+-- sec_c has no grant of its own yet; as a member of sec_a it inherits sec_a's EXECUTE.
+SET ROLE sec_c;
+SELECT vq_enqueue('sec_h', '{"by": "c"}', job_id => 'sec-c-1');
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+GRANT sec_a TO sec_c;
+SET ROLE sec_c;
+SELECT vq_enqueue('sec_h', '{"by": "c"}', :'later', job_id => 'sec-c-1') IS NOT NULL AS enqueued;
+-- SET ROLE to a role it is a member of: enqueued_by follows current_user.
+SET ROLE sec_a;
+SELECT vq_enqueue('sec_h', '{"by": "c as a"}', :'later', job_id => 'sec-a-3') IS NOT NULL AS enqueued;
+RESET ROLE;
+-- Inside a SECURITY DEFINER function owned by sec_a, called by sec_b, current_user is sec_a.
+CREATE FUNCTION sec_enqueue_as_owner(job text) RETURNS uuid
+    LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public
+    AS $$ SELECT vq_enqueue('sec_h', '{"by": "definer"}', '2999-01-01 00:00:00+00', job_id => job) $$;
+ALTER FUNCTION sec_enqueue_as_owner(text) OWNER TO sec_a;
+SET ROLE sec_b;
+SELECT sec_enqueue_as_owner('sec-a-4') IS NOT NULL AS enqueued;
+RESET ROLE;
+SELECT job_id, enqueued_by, payload ->> 'by' AS payload_by,
+       enqueued_by = session_user::regrole AS by_session_user,
+       enqueued_by = (SELECT extowner FROM pg_extension WHERE extname = 'vq_job')::regrole AS by_extension_owner
+  FROM vq.job WHERE handler = 'sec_h' ORDER BY job_id;
+
+------------------------------------------------------------------------------
+-- 3. Row-level security on vq.job.
+------------------------------------------------------------------------------
+SET ROLE sec_a;
+SELECT job_id, enqueued_by FROM vq.job WHERE handler = 'sec_h' ORDER BY job_id;
+SET ROLE sec_b;
+SELECT job_id, enqueued_by FROM vq.job WHERE handler = 'sec_h' ORDER BY job_id;
+-- sec_c (member of sec_a) sees sec_a's jobs and its own; sec_a does not see sec_c's.
+SET ROLE sec_c;
+SELECT job_id, enqueued_by FROM vq.job WHERE handler = 'sec_h' ORDER BY job_id;
+RESET ROLE;
+-- A role that enqueued nothing sees nothing.
+SET ROLE sec_admin;
+SELECT count(*) AS visible_to_sec_admin FROM vq.job WHERE handler = 'sec_h';
+RESET ROLE;
+-- The superuser sees all of them.
+SELECT count(*) AS visible_to_superuser FROM vq.job WHERE handler = 'sec_h';
+
+------------------------------------------------------------------------------
+-- 4. Which functions a plain role may call.
+------------------------------------------------------------------------------
+SET ROLE sec_b;
+SELECT * FROM vq_resolve_target('sec_h');
+SELECT t FROM vq_supported_target_ids() AS t WHERE t LIKE 'sec\_%' ORDER BY 1;
+SELECT vq_backoff_delay('LINEAR', 1000, 60000, 2);
+SELECT vq_context_set('sec', '{"tenant": 1}');
+SELECT vq_context();
+SELECT vq_context_clear('sec');
+SELECT vq_context_clear();
+SELECT vq_context();
+SELECT * FROM vq.handler_settings WHERE name = 'sec_h';
+SELECT vq_register_handler('sec_evil', 'sec_noop(jsonb)');
+\echo :LAST_ERROR_SQLSTATE
+SELECT vq_register_notify_handler('sec_evil', 'sec_chan');
+\echo :LAST_ERROR_SQLSTATE
+SELECT vq_register_handlers('[{"name": "sec_evil", "channel": "sec_chan"}]');
+\echo :LAST_ERROR_SQLSTATE
+SELECT vq_unregister_handler('sec_h');
+\echo :LAST_ERROR_SQLSTATE
+SELECT vq_configure('{"queues": {"sec_q_evil": {}}}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT vq_create_queue('sec_q_evil');
+\echo :LAST_ERROR_SQLSTATE
+SELECT vq_alter_queue('default', sleep_delay_ms => 1);
+\echo :LAST_ERROR_SQLSTATE
+SELECT vq_drop_queue('default');
+\echo :LAST_ERROR_SQLSTATE
+SELECT vq_set_contract_override('sec_h', max_attempts => 1);
+\echo :LAST_ERROR_SQLSTATE
+SELECT vq_drop_contract_override('sec_h');
+\echo :LAST_ERROR_SQLSTATE
+SELECT vq.raise_violations(ARRAY['x'], 'VQ101', 'x');
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+-- The same, for every configuration function, through the catalog.
+SELECT p.oid::regprocedure AS function,
+       has_function_privilege('public', p.oid, 'EXECUTE') AS public_may_execute
+  FROM pg_proc p
+ WHERE p.oid = ANY (ARRAY[
+        'vq_register_handler(text, regprocedure, text, integer, integer)',
+        'vq_register_notify_handler(text, text, text, integer, integer)',
+        'vq_register_handlers(jsonb)',
+        'vq_unregister_handler(text)',
+        'vq_configure(jsonb)',
+        'vq_create_queue(text, integer, integer, text, integer, integer, integer)',
+        'vq_alter_queue(text, integer, integer, text, integer, integer, integer)',
+        'vq_drop_queue(text)',
+        'vq_set_contract_override(text, text, integer, integer)',
+        'vq_drop_contract_override(text)',
+        'vq.registry_changed()',
+        'vq_enqueue(text, jsonb, timestamptz, text, integer, integer, text, jsonb)',
+        'vq_enqueue_in(text, jsonb, interval, text, integer, integer, text, jsonb)',
+        'vq_enqueue_many(text, jsonb[], timestamptz, text, integer, integer, text[], jsonb)',
+        'vq_resolve_target(text)',
+        'vq_supported_target_ids()',
+        'vq_backoff_delay(text, integer, integer, integer)',
+        'vq_context_set(text, jsonb)',
+        'vq_context_clear(text)',
+        'vq_context()']::regprocedure[]::oid[])
+ ORDER BY 2, p.oid::regprocedure::text;
+-- No SECURITY DEFINER function of the extension is callable by PUBLIC unless it is meant to be
+-- (today: none; list any that appear so that the choice is deliberate).
+SELECT p.oid::regprocedure AS public_security_definer_function
+  FROM pg_proc p
+  JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+  JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'vq_job'
+ WHERE p.prosecdef AND has_function_privilege('public', p.oid, 'EXECUTE')
+ ORDER BY p.oid::regprocedure::text;
+
+------------------------------------------------------------------------------
+-- 5. search_path hygiene of the extension's functions.
+------------------------------------------------------------------------------
+-- SECURITY DEFINER functions without a pinned search_path: none (and there are some to check).
+SELECT count(*) > 0 AS has_security_definer_functions,
+       count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM unnest(p.proconfig) c WHERE c LIKE 'search\_path=%'))
+           AS security_definer_without_search_path
+  FROM pg_proc p
+  JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+  JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'vq_job'
+ WHERE p.prosecdef;
+-- Every SQL or PL/pgSQL function of the extension pins a search_path that names no schema
+-- PUBLIC can create objects in, with pg_temp (if named) last: offenders listed, none expected.
+SELECT p.oid::regprocedure AS offender, p.proconfig
+  FROM pg_proc p
+  JOIN pg_language l ON l.oid = p.prolang AND l.lanname IN ('sql', 'plpgsql')
+  JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+  JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'vq_job'
+ WHERE NOT EXISTS (
+         SELECT 1 FROM unnest(p.proconfig) c
+          WHERE c LIKE 'search\_path=%'
+            AND NOT EXISTS (SELECT 1 FROM regexp_split_to_table(substr(c, 13), '\s*,\s*') s(sch)
+                             WHERE btrim(s.sch, '"') NOT IN ('pg_catalog', 'pg_temp', 'vq'))
+            AND (c NOT LIKE '%pg\_temp%' OR c ~ 'pg_temp"?\s*$'))
+ ORDER BY p.oid::regprocedure::text;
+
+
+------------------------------------------------------------------------------
+-- 6. An enqueue never hands one role another role's data.
+------------------------------------------------------------------------------
+-- sec_a's unfinished job holds job_id 'sec-a-1'. sec_b, who cannot see that job, enqueues the
+-- same job_id. Whatever the outcome (an error, or a job of its own), sec_b must not learn
+-- sec_a's execution_id: not as the return value, not in an error message, detail or hint.
+SELECT set_config('sec.a_execution_id', execution_id::text, false) IS NOT NULL AS noted
+  FROM vq.job WHERE job_id = 'sec-a-1';
+CREATE FUNCTION sec_learns_a_id(call text) RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    a_id text := current_setting('sec.a_execution_id');
+    result text;
+    msg text;
+    det text;
+    hnt text;
+BEGIN
+    EXECUTE call INTO result;
+    RETURN result LIKE '%' || a_id || '%';
+EXCEPTION WHEN others THEN
+    GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT, det = PG_EXCEPTION_DETAIL, hnt = PG_EXCEPTION_HINT;
+    RETURN concat_ws(' ', msg, det, hnt) LIKE '%' || a_id || '%';
+END
+$$;
+SET ROLE sec_b;
+SELECT count(*) AS sec_a_jobs_visible_to_sec_b FROM vq.job WHERE job_id = 'sec-a-1';
+SELECT sec_learns_a_id($$SELECT vq_enqueue('sec_h', '{"by": "b"}', job_id => 'sec-a-1')::text$$) AS leaked_by_vq_enqueue;
+SELECT sec_learns_a_id($$SELECT vq_enqueue_in('sec_h', '{"by": "b"}', '1 hour', job_id => 'sec-a-1')::text$$) AS leaked_by_vq_enqueue_in;
+SELECT sec_learns_a_id($$SELECT vq_enqueue_many('sec_h', ARRAY['{"by": "b"}']::jsonb[], job_ids => ARRAY['sec-a-1'])::text$$) AS leaked_by_vq_enqueue_many;
+-- What sec_b does get: an error that names only its own job_id.
+SELECT vq_enqueue('sec_h', '{"by": "b"}', job_id => 'sec-a-1');
+\echo :LAST_ERROR_SQLSTATE
+SELECT vq_enqueue_many('sec_h', ARRAY['{"by": "b"}', '{"by": "b"}']::jsonb[], job_ids => ARRAY['sec-b-new', 'sec-a-1']);
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) AS sec_b_new_jobs FROM vq.job WHERE job_id = 'sec-b-new';
+-- A member of sec_a may see sec_a's job, so it gets the holder's execution_id back.
+SET ROLE sec_c;
+SELECT vq_enqueue('sec_h', '{"by": "c"}', job_id => 'sec-a-1') = current_setting('sec.a_execution_id')::uuid AS member_gets_holder;
+SELECT vq_enqueue_many('sec_h', ARRAY['{"by": "c"}']::jsonb[], job_ids => ARRAY['sec-a-1'])
+       = ARRAY[current_setting('sec.a_execution_id')::uuid] AS member_gets_holder_in_batch;
+RESET ROLE;
+-- sec_a's job is untouched, and still the only one holding its job_id.
+SELECT count(*) AS rows_holding_sec_a_1 FROM vq.job WHERE job_id = 'sec-a-1';
+SELECT job_id, enqueued_by, payload ->> 'by' AS payload_by, state
+  FROM vq.job WHERE execution_id = current_setting('sec.a_execution_id')::uuid;
+
+------------------------------------------------------------------------------
+-- 7. search_path hijack: objects named like the catalog's, ahead of pg_catalog.
+------------------------------------------------------------------------------
+CREATE SCHEMA sec_hijack;
+GRANT USAGE ON SCHEMA sec_hijack TO PUBLIC;
+CREATE FUNCTION sec_hijack.boom(what text) RETURNS void LANGUAGE plpgsql
+    SET search_path = pg_catalog AS $$ BEGIN RAISE EXCEPTION 'hijacked: %', what; END $$;
+-- Functions.
+CREATE FUNCTION sec_hijack.now() RETURNS timestamptz LANGUAGE plpgsql AS
+    $$ BEGIN PERFORM sec_hijack.boom('now()'); RETURN NULL; END $$;
+CREATE FUNCTION sec_hijack.clock_timestamp() RETURNS timestamptz LANGUAGE plpgsql AS
+    $$ BEGIN PERFORM sec_hijack.boom('clock_timestamp()'); RETURN NULL; END $$;
+CREATE FUNCTION sec_hijack.upper(text) RETURNS text LANGUAGE plpgsql AS
+    $$ BEGIN PERFORM sec_hijack.boom('upper(text)'); RETURN NULL; END $$;
+CREATE FUNCTION sec_hijack.lower(text) RETURNS text LANGUAGE plpgsql AS
+    $$ BEGIN PERFORM sec_hijack.boom('lower(text)'); RETURN NULL; END $$;
+CREATE FUNCTION sec_hijack.format(text) RETURNS text LANGUAGE plpgsql AS
+    $$ BEGIN PERFORM sec_hijack.boom('format(text)'); RETURN NULL; END $$;
+CREATE FUNCTION sec_hijack.format(text, VARIADIC text[]) RETURNS text LANGUAGE plpgsql AS
+    $$ BEGIN PERFORM sec_hijack.boom('format(text, VARIADIC text[])'); RETURN NULL; END $$;
+CREATE FUNCTION sec_hijack.jsonb_typeof(jsonb) RETURNS text LANGUAGE plpgsql AS
+    $$ BEGIN PERFORM sec_hijack.boom('jsonb_typeof(jsonb)'); RETURN NULL; END $$;
+CREATE FUNCTION sec_hijack.jsonb_object_keys(jsonb) RETURNS SETOF text LANGUAGE plpgsql AS
+    $$ BEGIN PERFORM sec_hijack.boom('jsonb_object_keys(jsonb)'); END $$;
+CREATE FUNCTION sec_hijack.jsonb_each(jsonb, OUT key text, OUT value jsonb) RETURNS SETOF record LANGUAGE plpgsql AS
+    $$ BEGIN PERFORM sec_hijack.boom('jsonb_each(jsonb)'); END $$;
+CREATE FUNCTION sec_hijack.jsonb_array_elements(jsonb) RETURNS SETOF jsonb LANGUAGE plpgsql AS
+    $$ BEGIN PERFORM sec_hijack.boom('jsonb_array_elements(jsonb)'); END $$;
+CREATE FUNCTION sec_hijack.to_regprocedure(text) RETURNS regprocedure LANGUAGE plpgsql AS
+    $$ BEGIN PERFORM sec_hijack.boom('to_regprocedure(text)'); RETURN NULL; END $$;
+CREATE FUNCTION sec_hijack.quote_literal(text) RETURNS text LANGUAGE plpgsql AS
+    $$ BEGIN PERFORM sec_hijack.boom('quote_literal(text)'); RETURN NULL; END $$;
+CREATE FUNCTION sec_hijack.quote_ident(text) RETURNS text LANGUAGE plpgsql AS
+    $$ BEGIN PERFORM sec_hijack.boom('quote_ident(text)'); RETURN NULL; END $$;
+CREATE FUNCTION sec_hijack.array_to_string(text[], text) RETURNS text LANGUAGE plpgsql AS
+    $$ BEGIN PERFORM sec_hijack.boom('array_to_string(text[], text)'); RETURN NULL; END $$;
+CREATE FUNCTION sec_hijack.cardinality(text[]) RETURNS integer LANGUAGE plpgsql AS
+    $$ BEGIN PERFORM sec_hijack.boom('cardinality(text[])'); RETURN NULL; END $$;
+CREATE FUNCTION sec_hijack.octet_length(text) RETURNS integer LANGUAGE plpgsql AS
+    $$ BEGIN PERFORM sec_hijack.boom('octet_length(text)'); RETURN NULL; END $$;
+CREATE FUNCTION sec_hijack.pg_has_role(name, oid, text) RETURNS boolean LANGUAGE plpgsql AS
+    $$ BEGIN PERFORM sec_hijack.boom('pg_has_role(name, oid, text)'); RETURN NULL; END $$;
+CREATE FUNCTION sec_hijack.gen_random_uuid() RETURNS uuid LANGUAGE plpgsql AS
+    $$ BEGIN PERFORM sec_hijack.boom('gen_random_uuid()'); RETURN NULL; END $$;
+CREATE FUNCTION sec_hijack.unnest(uuid[]) RETURNS SETOF uuid LANGUAGE plpgsql AS
+    $$ BEGIN PERFORM sec_hijack.boom('unnest(uuid[])'); END $$;
+CREATE FUNCTION sec_hijack.unnest(text[]) RETURNS SETOF text LANGUAGE plpgsql AS
+    $$ BEGIN PERFORM sec_hijack.boom('unnest(text[])'); END $$;
+CREATE FUNCTION sec_hijack.unnest(jsonb[]) RETURNS SETOF jsonb LANGUAGE plpgsql AS
+    $$ BEGIN PERFORM sec_hijack.boom('unnest(jsonb[])'); END $$;
+-- Operators, each backed by a function that raises.
+CREATE FUNCTION sec_hijack.op_bool(text, text) RETURNS boolean LANGUAGE plpgsql AS
+    $$ BEGIN PERFORM sec_hijack.boom('operator on (text, text)'); RETURN NULL; END $$;
+CREATE FUNCTION sec_hijack.op_concat(text, text) RETURNS text LANGUAGE plpgsql AS
+    $$ BEGIN PERFORM sec_hijack.boom('|| (text, text)'); RETURN NULL; END $$;
+CREATE FUNCTION sec_hijack.op_append(text[], text) RETURNS text[] LANGUAGE plpgsql AS
+    $$ BEGIN PERFORM sec_hijack.boom('|| (text[], text)'); RETURN NULL; END $$;
+CREATE FUNCTION sec_hijack.op_state_eq(vq.job_state, vq.job_state) RETURNS boolean LANGUAGE plpgsql AS
+    $$ BEGIN PERFORM sec_hijack.boom('= (vq.job_state, vq.job_state)'); RETURN NULL; END $$;
+CREATE FUNCTION sec_hijack.op_uuid_eq(uuid, uuid) RETURNS boolean LANGUAGE plpgsql AS
+    $$ BEGIN PERFORM sec_hijack.boom('= (uuid, uuid)'); RETURN NULL; END $$;
+CREATE FUNCTION sec_hijack.op_int_eq(integer, integer) RETURNS boolean LANGUAGE plpgsql AS
+    $$ BEGIN PERFORM sec_hijack.boom('= (integer, integer)'); RETURN NULL; END $$;
+CREATE FUNCTION sec_hijack.op_exists(jsonb, text) RETURNS boolean LANGUAGE plpgsql AS
+    $$ BEGIN PERFORM sec_hijack.boom('? (jsonb, text)'); RETURN NULL; END $$;
+CREATE FUNCTION sec_hijack.op_get_text(jsonb, text) RETURNS text LANGUAGE plpgsql AS
+    $$ BEGIN PERFORM sec_hijack.boom('->> (jsonb, text)'); RETURN NULL; END $$;
+CREATE FUNCTION sec_hijack.op_get(jsonb, text) RETURNS jsonb LANGUAGE plpgsql AS
+    $$ BEGIN PERFORM sec_hijack.boom('-> (jsonb, text)'); RETURN NULL; END $$;
+CREATE OPERATOR sec_hijack.=   (LEFTARG = text, RIGHTARG = text, FUNCTION = sec_hijack.op_bool);
+CREATE OPERATOR sec_hijack.<>  (LEFTARG = text, RIGHTARG = text, FUNCTION = sec_hijack.op_bool);
+CREATE OPERATOR sec_hijack.~   (LEFTARG = text, RIGHTARG = text, FUNCTION = sec_hijack.op_bool);
+CREATE OPERATOR sec_hijack.!~  (LEFTARG = text, RIGHTARG = text, FUNCTION = sec_hijack.op_bool);
+CREATE OPERATOR sec_hijack.||  (LEFTARG = text, RIGHTARG = text, FUNCTION = sec_hijack.op_concat);
+CREATE OPERATOR sec_hijack.||  (LEFTARG = text[], RIGHTARG = text, FUNCTION = sec_hijack.op_append);
+CREATE OPERATOR sec_hijack.=   (LEFTARG = vq.job_state, RIGHTARG = vq.job_state, FUNCTION = sec_hijack.op_state_eq);
+CREATE OPERATOR sec_hijack.=   (LEFTARG = uuid, RIGHTARG = uuid, FUNCTION = sec_hijack.op_uuid_eq);
+CREATE OPERATOR sec_hijack.=   (LEFTARG = integer, RIGHTARG = integer, FUNCTION = sec_hijack.op_int_eq);
+CREATE OPERATOR sec_hijack.?   (LEFTARG = jsonb, RIGHTARG = text, FUNCTION = sec_hijack.op_exists);
+CREATE OPERATOR sec_hijack.->> (LEFTARG = jsonb, RIGHTARG = text, FUNCTION = sec_hijack.op_get_text);
+CREATE OPERATOR sec_hijack.->  (LEFTARG = jsonb, RIGHTARG = text, FUNCTION = sec_hijack.op_get);
+-- The trap works: unqualified names in the caller's own SQL do resolve to it.
+SET search_path = sec_hijack, pg_catalog, public;
+SELECT 'a'::text = 'a'::text;
+\echo :LAST_ERROR_SQLSTATE
+SELECT now();
+\echo :LAST_ERROR_SQLSTATE
+SELECT format('%s', 'x'::text);
+\echo :LAST_ERROR_SQLSTATE
+RESET search_path;
+
+CREATE FUNCTION public.sec_hj_fn(jsonb) RETURNS void LANGUAGE sql AS '';
+GRANT EXECUTE ON FUNCTION
+    vq_register_handler(text, regprocedure, text, integer, integer),
+    vq_register_handlers(jsonb),
+    vq_unregister_handler(text),
+    vq_configure(jsonb),
+    vq_create_queue(text, integer, integer, text, integer, integer, integer),
+    vq_alter_queue(text, integer, integer, text, integer, integer, integer),
+    vq_drop_queue(text),
+    vq_set_contract_override(text, text, integer, integer)
+  TO sec_admin;
+
+-- The same block runs twice, each time in a fresh session (plans and the registry cache are
+-- then built under the hostile search_path): as the superuser (suffix su), and as plain roles
+-- (suffix pl: configuration by sec_admin, enqueues and reads by sec_a). Calls print results
+-- whose display needs no operator; checks that compare values run after RESET search_path.
+
+-- 7a. as the superuser
+\c -
+\set sfx su
+\set cfg_role NONE
+\set run_role NONE
+----- hijack block (keep the two copies identical) -----
+\set q sec_q_ :sfx
+\set qtmp sec_qtmp_ :sfx
+\set h sec_hj_ :sfx
+\set h2 sec_hj2_ :sfx
+\set h3 sec_hj3_ :sfx
+\set jid sec-hj- :sfx
+\set handlers '[{"name": "' :h2 '", "function": "public.sec_hj_fn(jsonb)", "maxAttempts": 4}, {"name": "' :h3 '", "channel": "sec_chan"}]'
+\set config '{"queues": {"' :q '": {"sleepDelayMs": 2000}}, "contracts": {"' :h2 '": {"priority": 4}}}'
+SET search_path = sec_hijack, pg_catalog, public;
+SET ROLE :cfg_role;
+SELECT (vq_create_queue(:'q', sleep_delay_ms => 1000, backoff_strategy => 'exponential')).backoff_strategy;
+SELECT (vq_create_queue(:'qtmp')).name;
+SELECT (vq_alter_queue(:'q', max_concurrent_jobs => 7, backoff_strategy => 'Exponential')).max_concurrent_jobs;
+SELECT vq_drop_queue(:'qtmp');
+SELECT vq_register_handler(:'h', 'public.sec_hj_fn(jsonb)', queue => :'q', priority => 3);
+SELECT vq_register_handlers(:'handlers');
+SELECT vq_set_contract_override(:'h', max_attempts => 9);
+SELECT vq_configure(:'config');
+SET ROLE :run_role;
+SELECT * FROM vq_resolve_target(:'h');
+SELECT t FROM vq_supported_target_ids() AS t WHERE t LIKE 'sec\_hj%' ORDER BY 1;
+SELECT vq_backoff_delay('EXPONENTIAL', 1000, 60000, 3), vq_backoff_delay('linear', 1000, 60000, 3);
+SELECT vq_context_set('tenant', '{"id": 7}');
+SELECT vq_enqueue(:'h', '{"n": 1}', :'later', job_id => :'jid') AS id1 \gset
+SELECT vq_enqueue(:'h', '{"n": 1}', :'later', job_id => :'jid') AS id1_again \gset
+SELECT vq_enqueue_in(:'h', '{"n": 2}', '1 hour') IS NOT NULL AS enqueued;
+SELECT vq_enqueue_many(:'h', ARRAY['{"n": 3}', '{"n": 4}']::jsonb[], :'later', job_ids => ARRAY[:'jid', NULL]) AS ids3 \gset
+SELECT vq_enqueue_many(:'h2', ARRAY['{"n": 5}', '{"n": 6}']::jsonb[], :'later') IS NOT NULL AS enqueued;
+SELECT vq_context();
+SELECT vq_context_clear();
+SELECT name, kind, queue, priority, max_attempts, is_contract
+  FROM vq.handler_settings WHERE name LIKE 'sec\_hj%' ORDER BY name;
+SET ROLE :cfg_role;
+SELECT vq_unregister_handler(:'h3');
+RESET ROLE;
+RESET search_path;
+-- Checks (normal search_path).
+SELECT name, sleep_delay_ms, max_concurrent_jobs, backoff_strategy
+  FROM vq.queue WHERE name IN (:'q', :'qtmp') ORDER BY name;
+SELECT name, kind, fn, address, queue, priority, max_attempts
+  FROM vq.handler WHERE name IN (:'h', :'h2', :'h3') ORDER BY name;
+SELECT handler, queue, priority, max_attempts
+  FROM vq.contract_override WHERE handler IN (:'h', :'h2') ORDER BY handler;
+SELECT :'id1'::uuid = :'id1_again'::uuid AS idempotent,
+       (:'ids3'::uuid[])[1] = :'id1'::uuid AS batch_returned_holder,
+       (:'ids3'::uuid[])[2] <> :'id1'::uuid AS batch_inserted_other;
+SELECT handler, payload ->> 'n' AS n, job_id = :'jid' AS is_jid, job_id LIKE 'delayed-%' AS generated_id,
+       state, queue, priority, max_attempts, metadata,
+       CASE WHEN enqueued_by = session_user::regrole THEN 'session user' ELSE enqueued_by::text END AS enqueued_by,
+       CASE WHEN scheduled_at = :'later' THEN 'later'
+            WHEN scheduled_at BETWEEN now() + interval '50 minutes' AND now() + interval '70 minutes' THEN 'in an hour'
+            ELSE scheduled_at::text END AS due
+  FROM vq.job WHERE handler IN (:'h', :'h2') ORDER BY handler, n;
+----- end of hijack block -----
+
+-- 7b. as plain roles
+\c -
+\set sfx pl
+\set cfg_role sec_admin
+\set run_role sec_a
+----- hijack block (keep the two copies identical) -----
+\set q sec_q_ :sfx
+\set qtmp sec_qtmp_ :sfx
+\set h sec_hj_ :sfx
+\set h2 sec_hj2_ :sfx
+\set h3 sec_hj3_ :sfx
+\set jid sec-hj- :sfx
+\set handlers '[{"name": "' :h2 '", "function": "public.sec_hj_fn(jsonb)", "maxAttempts": 4}, {"name": "' :h3 '", "channel": "sec_chan"}]'
+\set config '{"queues": {"' :q '": {"sleepDelayMs": 2000}}, "contracts": {"' :h2 '": {"priority": 4}}}'
+SET search_path = sec_hijack, pg_catalog, public;
+SET ROLE :cfg_role;
+SELECT (vq_create_queue(:'q', sleep_delay_ms => 1000, backoff_strategy => 'exponential')).backoff_strategy;
+SELECT (vq_create_queue(:'qtmp')).name;
+SELECT (vq_alter_queue(:'q', max_concurrent_jobs => 7, backoff_strategy => 'Exponential')).max_concurrent_jobs;
+SELECT vq_drop_queue(:'qtmp');
+SELECT vq_register_handler(:'h', 'public.sec_hj_fn(jsonb)', queue => :'q', priority => 3);
+SELECT vq_register_handlers(:'handlers');
+SELECT vq_set_contract_override(:'h', max_attempts => 9);
+SELECT vq_configure(:'config');
+SET ROLE :run_role;
+SELECT * FROM vq_resolve_target(:'h');
+SELECT t FROM vq_supported_target_ids() AS t WHERE t LIKE 'sec\_hj%' ORDER BY 1;
+SELECT vq_backoff_delay('EXPONENTIAL', 1000, 60000, 3), vq_backoff_delay('linear', 1000, 60000, 3);
+SELECT vq_context_set('tenant', '{"id": 7}');
+SELECT vq_enqueue(:'h', '{"n": 1}', :'later', job_id => :'jid') AS id1 \gset
+SELECT vq_enqueue(:'h', '{"n": 1}', :'later', job_id => :'jid') AS id1_again \gset
+SELECT vq_enqueue_in(:'h', '{"n": 2}', '1 hour') IS NOT NULL AS enqueued;
+SELECT vq_enqueue_many(:'h', ARRAY['{"n": 3}', '{"n": 4}']::jsonb[], :'later', job_ids => ARRAY[:'jid', NULL]) AS ids3 \gset
+SELECT vq_enqueue_many(:'h2', ARRAY['{"n": 5}', '{"n": 6}']::jsonb[], :'later') IS NOT NULL AS enqueued;
+SELECT vq_context();
+SELECT vq_context_clear();
+SELECT name, kind, queue, priority, max_attempts, is_contract
+  FROM vq.handler_settings WHERE name LIKE 'sec\_hj%' ORDER BY name;
+SET ROLE :cfg_role;
+SELECT vq_unregister_handler(:'h3');
+RESET ROLE;
+RESET search_path;
+-- Checks (normal search_path).
+SELECT name, sleep_delay_ms, max_concurrent_jobs, backoff_strategy
+  FROM vq.queue WHERE name IN (:'q', :'qtmp') ORDER BY name;
+SELECT name, kind, fn, address, queue, priority, max_attempts
+  FROM vq.handler WHERE name IN (:'h', :'h2', :'h3') ORDER BY name;
+SELECT handler, queue, priority, max_attempts
+  FROM vq.contract_override WHERE handler IN (:'h', :'h2') ORDER BY handler;
+SELECT :'id1'::uuid = :'id1_again'::uuid AS idempotent,
+       (:'ids3'::uuid[])[1] = :'id1'::uuid AS batch_returned_holder,
+       (:'ids3'::uuid[])[2] <> :'id1'::uuid AS batch_inserted_other;
+SELECT handler, payload ->> 'n' AS n, job_id = :'jid' AS is_jid, job_id LIKE 'delayed-%' AS generated_id,
+       state, queue, priority, max_attempts, metadata,
+       CASE WHEN enqueued_by = session_user::regrole THEN 'session user' ELSE enqueued_by::text END AS enqueued_by,
+       CASE WHEN scheduled_at = :'later' THEN 'later'
+            WHEN scheduled_at BETWEEN now() + interval '50 minutes' AND now() + interval '70 minutes' THEN 'in an hour'
+            ELSE scheduled_at::text END AS due
+  FROM vq.job WHERE handler IN (:'h', :'h2') ORDER BY handler, n;
+----- end of hijack block -----
+
+------------------------------------------------------------------------------
+-- Clean up (roles are cluster-wide).
+------------------------------------------------------------------------------
+SET client_min_messages = warning;
+DELETE FROM vq.job WHERE handler LIKE 'sec\_%';
+SELECT vq_unregister_handler(h) FROM unnest(ARRAY['sec_h', 'sec_hj_su', 'sec_hj2_su', 'sec_hj_pl', 'sec_hj2_pl']) AS h;
+SELECT vq_drop_contract_override(h) FROM unnest(ARRAY['sec_hj_su', 'sec_hj2_su', 'sec_hj_pl', 'sec_hj2_pl']) AS h;
+SELECT vq_drop_queue(q) FROM unnest(ARRAY['sec_q_su', 'sec_q_pl']) AS q;
+DROP SCHEMA sec_hijack CASCADE;
+DROP FUNCTION sec_noop(jsonb), sec_hj_fn(jsonb), sec_learns_a_id(text);
+DROP OWNED BY sec_a, sec_b, sec_c, sec_admin;
+DROP ROLE sec_a, sec_b, sec_c, sec_admin;
+RESET client_min_messages;
