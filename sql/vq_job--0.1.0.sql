@@ -91,7 +91,8 @@ CREATE TABLE vq.job (
     metadata            jsonb NOT NULL,
     started_at          timestamptz,
     finished_at         timestamptz,
-    worker_pid          integer,
+    worker_pid          integer,        -- executor running it (NULL for a NOTIFY consumer)
+    worker_started_at   timestamptz,    -- with worker_pid, identifies that executor's incarnation
     cancel_requested    boolean NOT NULL DEFAULT false,
     last_error          text,
     progress_total      bigint,
@@ -100,6 +101,8 @@ CREATE TABLE vq.job (
 );
 -- The claim path: due ENQUEUED rows of a queue, highest priority first, then earliest.
 CREATE INDEX job_claim_idx ON vq.job (queue, priority DESC, scheduled_at) WHERE state = 'ENQUEUED';
+-- Jobs claimed visibly, for the rescue of those whose executor died.
+CREATE INDEX job_running_idx ON vq.job (worker_pid) WHERE state = 'RUNNING';
 -- job_id is an idempotency key among unfinished jobs.
 CREATE UNIQUE INDEX job_active_job_id_key ON vq.job (job_id) WHERE state IN ('ENQUEUED', 'RUNNING');
 
@@ -847,8 +850,53 @@ REVOKE ALL ON FUNCTION vq.queue_violations(text, bigint, bigint, text, bigint, b
        FROM PUBLIC;
 
 ------------------------------------------------------------------------------
+-- Inside a handler (C): structured logs, progress, cooperative cancellation.
+------------------------------------------------------------------------------
+CREATE FUNCTION vq_log(level text, message text, fields jsonb DEFAULT NULL) RETURNS void
+    LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'vq_log';
+CREATE FUNCTION vq_progress_set_total(total bigint) RETURNS void
+    LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'vq_progress_set_total';
+CREATE FUNCTION vq_progress_add(succeeded bigint DEFAULT 1, failed bigint DEFAULT 0) RETURNS void
+    LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'vq_progress_add';
+CREATE FUNCTION vq_job_cancelled() RETURNS boolean
+    LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'vq_job_cancelled';
+
+-- Cancel an enqueued job, or ask a running one to stop. Returns the resulting state.
+CREATE FUNCTION vq_cancel(execution_id uuid) RETURNS text
+    LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'vq_cancel';
+
+-- What the executors of this database are running now (shared memory).
+CREATE FUNCTION vq.running_jobs_now(
+    OUT pid integer, OUT execution_id uuid, OUT handler text, OUT attempt_number integer,
+    OUT started_at timestamptz, OUT progress_total bigint, OUT progress_succeeded bigint,
+    OUT progress_failed bigint, OUT cancel_requested boolean)
+RETURNS SETOF record
+LANGUAGE c VOLATILE PARALLEL RESTRICTED AS 'MODULE_PATHNAME', 'vq_running_jobs';
+
+-- Wake the launcher when CREATE EXTENSION commits, so this database is served at once.
+CREATE FUNCTION vq.launcher_wakeup() RETURNS void
+    LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'vq_launcher_wakeup';
+REVOKE ALL ON FUNCTION vq.launcher_wakeup() FROM PUBLIC;
+
+------------------------------------------------------------------------------
 -- Views.
 ------------------------------------------------------------------------------
+-- Jobs running now with live progress; a role sees the jobs it may see in vq.job.
+CREATE VIEW vq.running_jobs WITH (security_invoker = true) AS
+SELECT r.execution_id, j.job_id, r.handler, j.queue, r.attempt_number, r.started_at,
+       r.progress_total, r.progress_succeeded, r.progress_failed, r.cancel_requested,
+       r.pid AS executor_pid, j.enqueued_by
+  FROM vq.running_jobs_now() r
+  JOIN vq.job j ON j.execution_id OPERATOR(pg_catalog.=) r.execution_id;
+GRANT SELECT ON vq.running_jobs TO PUBLIC;
+
+-- Dead-lettered jobs (nothing runs them again).
+CREATE VIEW vq.dead_letters WITH (security_invoker = true) AS
+SELECT execution_id, job_id, handler, queue, attempt_number, max_attempts, last_error,
+       finished_at, payload, metadata, enqueued_by
+  FROM vq.job WHERE state OPERATOR(pg_catalog.=) 'DEAD_LETTER'::vq.job_state;
+GRANT SELECT ON vq.dead_letters TO PUBLIC;
+
 -- Effective settings of every registered handler (override > handler default > framework default).
 CREATE VIEW vq.handler_settings WITH (security_barrier) AS
 SELECT h.name,
@@ -861,3 +909,5 @@ SELECT h.name,
   FROM vq.handler h
   LEFT JOIN vq.contract_override o ON o.handler OPERATOR(pg_catalog.=) h.name;
 GRANT SELECT ON vq.handler_settings TO PUBLIC;
+
+SELECT vq.launcher_wakeup();

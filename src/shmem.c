@@ -119,9 +119,10 @@ VqWakeDatabase(Oid dboid, bool due_now, TimestampTz next_due)
 		else
 		{
 			uint64		cur = pg_atomic_read_u64(&slot->next_due);
+			TimestampTz now = GetCurrentTimestamp();
 
-			/* lower next_due to ours unless it is already earlier */
-			while ((int64) cur > next_due &&
+			/* lower next_due to ours unless it is already earlier (and still ahead) */
+			while (((int64) cur > next_due || (int64) cur <= now) &&
 				   !pg_atomic_compare_exchange_u64(&slot->next_due, &cur, (uint64) next_due))
 				;
 		}

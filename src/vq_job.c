@@ -11,6 +11,7 @@
 
 #include "compat.h"
 #include "context.h"
+#include "launcher.h"
 #include "registry.h"
 #include "shmem.h"
 #include "vq_job.h"
@@ -21,6 +22,11 @@ int			vq_execution_timeout_ms = 300000;
 int			vq_progress_flush_interval_ms = 10000;
 char	   *vq_databases = NULL;
 int			vq_max_databases = 16;
+int			vq_executors_per_database = 2;
+int			vq_batch_size = 100;
+int			vq_inline_handler_ms = 5;
+int			vq_shutdown_grace_ms = 5000;
+char	   *vq_handler_search_path = NULL;
 
 void		_PG_init(void);
 
@@ -61,6 +67,26 @@ DefineSettings(void)
 							"Number of databases vq_job can serve at once (shared memory slots).",
 							NULL, &vq_max_databases, 16, 1, 1024,
 							PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("vq.executors_per_database",
+							"Executor processes per served database (real parallelism for function handlers).",
+							NULL, &vq_executors_per_database, 2, 1, VQ_MAX_EXECUTORS,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("vq.batch_size",
+							"Most jobs one claim takes (also bounded by the queue's free capacity).",
+							NULL, &vq_batch_size, 100, 1, 10000,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("vq.inline_handler_ms",
+							"Handlers whose recent runs took less than this run in batches inside the claiming transaction; others are committed as RUNNING first (0: always).",
+							NULL, &vq_inline_handler_ms, 5, 0, 60000,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("vq.shutdown_grace_ms",
+							"On shutdown, how long a running handler may go on before its executor exits (the job is then rescued at the next start).",
+							NULL, &vq_shutdown_grace_ms, 5000, 0, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomStringVariable("vq.handler_search_path",
+							   "search_path handlers run with (pg_temp is always searched last).",
+							   NULL, &vq_handler_search_path, "\"$user\", public",
+							   PGC_SIGHUP, GUC_LIST_INPUT, NULL, NULL, NULL);
 	VqContextInit();
 	MarkGUCPrefixReserved("vq");
 }
@@ -82,4 +108,5 @@ _PG_init(void)
 
 	VqShmemInit();
 	VqRegistryInit();
+	VqLauncherInit();
 }

@@ -29,12 +29,18 @@
 #define ERRCODE_VQ_INVALID_METADATA         MAKE_SQLSTATE('V','Q','0','0','6')
 #define ERRCODE_VQ_INVALID_JOB_ID           MAKE_SQLSTATE('V','Q','0','0','7')
 #define ERRCODE_VQ_INVALID_ARGUMENT         MAKE_SQLSTATE('V','Q','0','0','8')
+#define ERRCODE_VQ_NOT_IN_JOB               MAKE_SQLSTATE('V','Q','0','0','9')
 
 /* GUCs (vq_job.c). */
 extern int	vq_execution_timeout_ms;
 extern int	vq_progress_flush_interval_ms;
 extern char *vq_databases;
 extern int	vq_max_databases;
+extern int	vq_executors_per_database;
+extern int	vq_batch_size;
+extern int	vq_inline_handler_ms;
+extern int	vq_shutdown_grace_ms;
+extern char *vq_handler_search_path;
 
 /* True when name matches ^[a-zA-Z0-9._-]{1,128}$. */
 extern bool vq_valid_name(const char *name, int len);

@@ -1,0 +1,329 @@
+/*
+ * dispatch.c: running one job's handler.
+ *
+ * A function handler is found by the address persisted at enqueue
+ * ('schema.fn(args)'), called through the function manager with a cached
+ * FmgrInfo, inside its own subtransaction so its writes commit with the job's
+ * outcome or roll back with its error. It runs:
+ *  - as the role that enqueued the job (SECURITY_RESTRICTED_OPERATION: it can
+ *    neither change role nor create temporary objects that outlive it), after
+ *    re-checking that the role still exists and still has EXECUTE;
+ *  - with search_path = vq.handler_search_path (plus pg_temp last), at a GUC
+ *    nest level that ends with the job, where vq.context holds the job's
+ *    metadata so jobs it enqueues inherit it;
+ *  - under a watch timer that cancels it when vq.execution_timeout_ms passes
+ *    (the job is then ABANDONED), and that terminates the process when a
+ *    shutdown has waited vq.shutdown_grace_ms for it (the job is rescued on the
+ *    next start).
+ *
+ * A NOTIFY handler's job is committed as RUNNING (with no executor: only its
+ * reply or the timeout ends it) and announced with pg_notify on the channel.
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_proc.h"
+#include "commands/async.h"
+#include "executor/spi.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "postmaster/interrupt.h"
+#include "storage/latch.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/hsearch.h"
+#include "utils/json.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/regproc.h"
+#include "utils/resowner.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+#include "utils/timeout.h"
+#include "utils/typcache.h"
+
+#include "compat.h"
+#include "context.h"
+#include "executor.h"
+#include "vq_job.h"
+
+/* How often the watch timer looks at the clock while a handler runs. */
+#define WATCH_INTERVAL_MS 50
+
+/* A resolved function address. */
+typedef struct HandlerFunction
+{
+	char		address[NAMEDATALEN * 4 + 64];	/* hash key */
+	Oid			fn;
+	int			nargs;
+	FmgrInfo	flinfo;
+} HandlerFunction;
+
+static HTAB *functions = NULL;
+static TimeoutId watch_timeout;
+static Oid	job_context_type = InvalidOid;
+
+/* Watch state, read by the timer (signal context). */
+static volatile TimestampTz job_deadline = 0;
+static volatile TimestampTz shutdown_deadline = 0;
+static volatile sig_atomic_t job_timed_out = false;
+
+/* The watch timer: cancel a handler that overran its time; end the process when shutdown has waited enough. */
+static void
+JobWatch(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (job_deadline != 0 && now >= job_deadline && !job_timed_out)
+	{
+		job_timed_out = true;
+		InterruptPending = true;
+		QueryCancelPending = true;
+	}
+	if (ShutdownRequestPending)
+	{
+		if (shutdown_deadline == 0)
+			shutdown_deadline = TimestampTzPlusMilliseconds(now, vq_shutdown_grace_ms);
+		else if (now >= shutdown_deadline)
+		{
+			InterruptPending = true;
+			ProcDiePending = true;
+		}
+	}
+	SetLatch(MyLatch);
+}
+
+/* Set up the function cache and the watch timer (once per executor). */
+void
+VqDispatchInit(void)
+{
+	HASHCTL		ctl;
+
+	ctl.keysize = sizeof(((HandlerFunction *) 0)->address);
+	ctl.entrysize = sizeof(HandlerFunction);
+	functions = hash_create("vq_job handler functions", 64, &ctl, HASH_ELEM | HASH_STRINGS);
+	watch_timeout = RegisterTimeout(USER_TIMEOUT, JobWatch);
+}
+
+/* The OID of type vq.job_context (looked up once). */
+static Oid
+JobContextType(void)
+{
+	if (!OidIsValid(job_context_type))
+		job_context_type = DatumGetObjectId(DirectFunctionCall1(regtypein,
+																CStringGetDatum("vq.job_context")));
+	return job_context_type;
+}
+
+/* Resolve a persisted address to a callable function; error if it no longer resolves. */
+static HandlerFunction *
+ResolveFunction(const char *address)
+{
+	HandlerFunction *hf;
+	bool		found;
+	HeapTuple	proctup;
+
+	if (strlen(address) >= sizeof(hf->address))
+		ereport(ERROR, (errmsg("handler address is too long: %s", address)));
+	hf = hash_search(functions, address, HASH_ENTER, &found);
+	if (found && SearchSysCacheExists1(PROCOID, ObjectIdGetDatum(hf->fn)))
+		return hf;
+
+	/* new, or its function was dropped (maybe re-created under the same signature) */
+	hf->fn = DatumGetObjectId(DirectFunctionCall1(to_regprocedure, CStringGetTextDatum(address)));
+	if (!OidIsValid(hf->fn))
+	{
+		hash_search(functions, address, HASH_REMOVE, NULL);
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_FUNCTION),
+				 errmsg("handler function %s does not exist", address)));
+	}
+	proctup = SearchSysCache1(PROCOID, ObjectIdGetDatum(hf->fn));
+	if (!HeapTupleIsValid(proctup))
+		elog(ERROR, "cache lookup failed for function %u", hf->fn);
+	hf->nargs = ((Form_pg_proc) GETSTRUCT(proctup))->pronargs;
+	ReleaseSysCache(proctup);
+	fmgr_info_cxt(hf->fn, &hf->flinfo, TopMemoryContext);
+	return hf;
+}
+
+/* Build the vq.job_context value a two-argument handler receives. */
+static Datum
+JobContextDatum(VqJob *job)
+{
+	TupleDesc	desc = lookup_rowtype_tupdesc(JobContextType(), -1);
+	Datum		values[9];
+	bool		nulls[9] = {false, false, false, false, false, false, false, false, false};
+	HeapTuple	tup;
+
+	values[0] = UUIDPGetDatum(&job->execution_id);
+	values[1] = CStringGetTextDatum(job->job_id);
+	values[2] = CStringGetTextDatum(job->handler);
+	values[3] = CStringGetTextDatum(job->queue);
+	values[4] = Int32GetDatum(job->priority);
+	values[5] = Int32GetDatum(job->attempt_number);
+	values[6] = Int32GetDatum(job->max_attempts);
+	values[7] = TimestampTzGetDatum(job->scheduled_at);
+	values[8] = JsonbPGetDatum(job->metadata);
+	tup = heap_form_tuple(desc, values, nulls);
+	ReleaseTupleDesc(desc);
+	return HeapTupleGetDatum(tup);
+}
+
+/* Check, as of now, that the enqueuing role may still run the handler. */
+static void
+CheckRunPrivileges(VqJob *job, HandlerFunction *hf)
+{
+	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(job->enqueued_by)))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("role %u that enqueued the job no longer exists", job->enqueued_by)));
+	if (vq_proc_aclcheck(hf->fn, job->enqueued_by, ACL_EXECUTE) != ACLCHECK_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("role \"%s\" no longer has EXECUTE on handler function %s",
+						GetUserNameFromId(job->enqueued_by, false), job->address)));
+}
+
+/* Call the handler (inside the subtransaction, as the enqueuing role). */
+static void
+CallHandler(VqJob *job, HandlerFunction *hf)
+{
+	LOCAL_FCINFO(fcinfo, 2);
+	char	   *search_path;
+
+	if (hf->nargs != 1 && hf->nargs != 2)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_FUNCTION_DEFINITION),
+				 errmsg("handler function %s must take (jsonb) or (jsonb, vq.job_context)", job->address)));
+
+	search_path = psprintf("%s, pg_temp", vq_handler_search_path);
+	(void) set_config_option("search_path", search_path, PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	VqBindContext(job->metadata);
+
+	InitFunctionCallInfoData(*fcinfo, &hf->flinfo, hf->nargs, InvalidOid, NULL, NULL);
+	fcinfo->args[0].value = job->payload ? JsonbPGetDatum(job->payload) : (Datum) 0;
+	fcinfo->args[0].isnull = (job->payload == NULL);
+	if (hf->nargs == 2)
+	{
+		fcinfo->args[1].value = JobContextDatum(job);
+		fcinfo->args[1].isnull = false;
+	}
+	/* a STRICT handler is not called for a NULL payload: nothing to do counts as done */
+	if (hf->flinfo.fn_strict && job->payload == NULL)
+		return;
+
+	PushActiveSnapshot(GetTransactionSnapshot());
+	(void) FunctionCallInvoke(fcinfo);
+	PopActiveSnapshot();
+}
+
+/*
+ * Run a function handler in a subtransaction and fill in the outcome. Errors
+ * raised by the handler (or by the privilege re-check) become a FAILED
+ * outcome; a cancellation by the watch timer becomes ABANDONED.
+ */
+void
+VqRunFunctionHandler(VqJob *job, VqOutcome *outcome)
+{
+	MemoryContext caller_context = CurrentMemoryContext;
+	ResourceOwner caller_owner = CurrentResourceOwner;
+	TimestampTz start = GetCurrentTimestamp();
+	Oid			save_userid;
+	int			save_sec_context;
+
+	memset(outcome, 0, sizeof(VqOutcome));
+	VqJobApiBegin(job);
+	job_timed_out = false;
+	job_deadline = vq_execution_timeout_ms > 0
+		? TimestampTzPlusMilliseconds(start, vq_execution_timeout_ms) : 0;
+	enable_timeout_every(watch_timeout, TimestampTzPlusMilliseconds(start, WATCH_INTERVAL_MS),
+						 WATCH_INTERVAL_MS);
+
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	CommandCounterIncrement();
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(caller_context);
+	PG_TRY();
+	{
+		HandlerFunction *hf = ResolveFunction(job->address);
+		int			nestlevel;
+
+		CheckRunPrivileges(job, hf);
+		SetUserIdAndSecContext(job->enqueued_by,
+							   save_sec_context | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
+		nestlevel = NewGUCNestLevel();
+		CallHandler(job, hf);
+		AtEOXact_GUC(true, nestlevel);
+		SetUserIdAndSecContext(save_userid, save_sec_context);
+
+		outcome->wrote = TransactionIdIsValid(GetCurrentTransactionIdIfAny());
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(caller_context);
+		CurrentResourceOwner = caller_owner;
+		outcome->kind = VQ_OUTCOME_COMPLETED;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(caller_context);
+		edata = CopyErrorData();
+		FlushErrorState();
+		/* restores the user, the GUC nest level and the snapshot stack too */
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(caller_context);
+		CurrentResourceOwner = caller_owner;
+
+		if (job_timed_out && edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
+		{
+			outcome->kind = VQ_OUTCOME_ABANDONED;
+			outcome->error = psprintf("execution timed out after %d ms", vq_execution_timeout_ms);
+		}
+		else
+		{
+			outcome->kind = VQ_OUTCOME_FAILED;
+			outcome->error = pstrdup(edata->message ? edata->message : "handler failed");
+		}
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+
+	disable_timeout(watch_timeout, false);
+	job_deadline = 0;
+	/* the timer may have fired after the handler returned: that cancel is not for us */
+	if (job_timed_out && outcome->kind == VQ_OUTCOME_COMPLETED)
+		QueryCancelPending = false;
+	outcome->duration_us = GetCurrentTimestamp() - start;
+	VqJobApiEnd(outcome);
+}
+
+/* Announce a NOTIFY handler's job on its channel; it is RUNNING until its reply or the timeout. */
+void
+VqDispatchNotify(VqJob *job, const char *channel)
+{
+	StringInfoData msg;
+	char	   *payload_text = job->payload ? JsonbToCString(NULL, &job->payload->root,
+															 VARSIZE(job->payload)) : "null";
+	char	   *uuid = DatumGetCString(DirectFunctionCall1(uuid_out, UUIDPGetDatum(&job->execution_id)));
+
+	VqPersistRunning(job, true, GetCurrentTimestamp());
+
+	initStringInfo(&msg);
+	appendStringInfoString(&msg, "{\"execution_id\": ");
+	escape_json(&msg, uuid);
+	appendStringInfoString(&msg, ", \"job_id\": ");
+	escape_json(&msg, job->job_id);
+	appendStringInfoString(&msg, ", \"handler\": ");
+	escape_json(&msg, job->handler);
+	appendStringInfo(&msg, ", \"attempt\": %d", job->attempt_number);
+	/* NOTIFY payloads must stay under 8000 bytes; past that, the consumer reads the job row */
+	if (msg.len + strlen(payload_text) + 32 < 8000)
+		appendStringInfo(&msg, ", \"payload\": %s}", payload_text);
+	else
+		appendStringInfoString(&msg, ", \"payload_omitted\": true}");
+	Async_Notify(channel, msg.data);
+}

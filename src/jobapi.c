@@ -1,0 +1,435 @@
+/*
+ * jobapi.c: what a running handler can do besides its own work, and what
+ * other sessions see of running jobs.
+ *
+ *  - vq_log(level, message, fields): structured log lines. They are kept in
+ *    the executor's memory while the handler runs and written after its
+ *    subtransaction ends, in the transaction that records the outcome, so the
+ *    lines of a failed or timed-out attempt are kept too.
+ *  - vq_progress_set_total / vq_progress_add: progress counters in shared
+ *    memory (visible live in vq.running_jobs) and written with the outcome.
+ *  - vq_job_cancelled(): whether vq_cancel() asked this job to stop.
+ *
+ * vq_running_jobs() lists what every executor of this database is running
+ * now; vq_cancel() cancels an enqueued job or asks a running one to stop.
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "executor.h"
+#include "registry.h"
+#include "vq_job.h"
+
+PG_FUNCTION_INFO_V1(vq_log);
+PG_FUNCTION_INFO_V1(vq_progress_set_total);
+PG_FUNCTION_INFO_V1(vq_progress_add);
+PG_FUNCTION_INFO_V1(vq_job_cancelled);
+PG_FUNCTION_INFO_V1(vq_running_jobs);
+PG_FUNCTION_INFO_V1(vq_cancel);
+
+/* One buffered log line. */
+typedef struct LogEntry
+{
+	char	   *level;
+	char	   *message;
+	Jsonb	   *fields;
+	TimestampTz at;
+} LogEntry;
+
+static VqJob *current_job = NULL;
+static MemoryContext log_context = NULL;
+static List *log_entries = NIL;
+static SPIPlanPtr log_plan = NULL;
+
+/* A job starts: publish it in shared memory, start an empty log. */
+void
+VqJobApiBegin(VqJob *job)
+{
+	if (log_context == NULL)
+		log_context = AllocSetContextCreate(TopMemoryContext, "vq_job job logs", ALLOCSET_SMALL_SIZES);
+	MemoryContextReset(log_context);
+	log_entries = NIL;
+	current_job = job;
+
+	LWLockAcquire(VqShared->lock, LW_EXCLUSIVE);
+	VqMyExecutorSlot->running = true;
+	memcpy(&VqMyExecutorSlot->execution_id, &job->execution_id, sizeof(pg_uuid_t));
+	strlcpy(VqMyExecutorSlot->handler, job->handler, sizeof(VqMyExecutorSlot->handler));
+	VqMyExecutorSlot->attempt_number = job->attempt_number;
+	VqMyExecutorSlot->job_started_at = GetCurrentTimestamp();
+	VqMyExecutorSlot->cancel_requested = false;
+	VqMyExecutorSlot->progress_total = -1;
+	VqMyExecutorSlot->progress_succeeded = 0;
+	VqMyExecutorSlot->progress_failed = 0;
+	LWLockRelease(VqShared->lock);
+}
+
+/* A job ends: take its progress into the outcome, leave shared memory. */
+void
+VqJobApiEnd(VqOutcome *outcome)
+{
+	LWLockAcquire(VqShared->lock, LW_EXCLUSIVE);
+	outcome->has_progress = VqMyExecutorSlot->progress_total >= 0 ||
+		VqMyExecutorSlot->progress_succeeded > 0 || VqMyExecutorSlot->progress_failed > 0;
+	outcome->progress_total = Max(VqMyExecutorSlot->progress_total, 0);
+	outcome->progress_succeeded = VqMyExecutorSlot->progress_succeeded;
+	outcome->progress_failed = VqMyExecutorSlot->progress_failed;
+	VqMyExecutorSlot->running = false;
+	LWLockRelease(VqShared->lock);
+	current_job = NULL;
+}
+
+/* Write the job's buffered log lines (in the caller's transaction, connected to SPI). */
+void
+VqFlushJobLogs(VqJob *job)
+{
+	int			n = list_length(log_entries);
+	Datum	   *levels;
+	Datum	   *messages;
+	Datum	   *fields;
+	bool	   *field_nulls;
+	Datum	   *ats;
+	Datum		values[5];
+	int			dims[1] = {n};
+	int			lbs[1] = {1};
+	int			i = 0;
+	ListCell   *lc;
+
+	if (n == 0)
+		return;
+	levels = palloc(sizeof(Datum) * n);
+	messages = palloc(sizeof(Datum) * n);
+	fields = palloc(sizeof(Datum) * n);
+	field_nulls = palloc(sizeof(bool) * n);
+	ats = palloc(sizeof(Datum) * n);
+	foreach(lc, log_entries)
+	{
+		LogEntry   *e = lfirst(lc);
+
+		levels[i] = CStringGetTextDatum(e->level);
+		messages[i] = CStringGetTextDatum(e->message);
+		fields[i] = e->fields ? JsonbPGetDatum(e->fields) : (Datum) 0;
+		field_nulls[i] = (e->fields == NULL);
+		ats[i] = TimestampTzGetDatum(e->at);
+		i++;
+	}
+	values[0] = UUIDPGetDatum(&job->execution_id);
+	values[1] = Int32GetDatum(job->attempt_number);
+	values[2] = PointerGetDatum(construct_array(levels, n, TEXTOID, -1, false, TYPALIGN_INT));
+	values[3] = PointerGetDatum(construct_array(messages, n, TEXTOID, -1, false, TYPALIGN_INT));
+	values[4] = PointerGetDatum(construct_md_array(fields, field_nulls, 1, dims, lbs, JSONBOID, -1, false, TYPALIGN_INT));
+	if (log_plan == NULL)
+	{
+		Oid			types[6] = {UUIDOID, INT4OID, TEXTARRAYOID, TEXTARRAYOID, JSONBARRAYOID, TIMESTAMPTZARRAYOID};
+
+		log_plan = SPI_prepare("INSERT INTO vq.job_log (execution_id, attempt_number, level, message, fields, logged_at)"
+							   " SELECT $1, $2, u.l, u.m, u.f, u.t"
+							   " FROM ROWS FROM (pg_catalog.unnest($3), pg_catalog.unnest($4),"
+							   "                 pg_catalog.unnest($5), pg_catalog.unnest($6)) AS u(l, m, f, t)",
+							   6, types);
+		if (log_plan == NULL)
+			elog(ERROR, "vq_job: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+		SPI_keepplan(log_plan);
+	}
+	{
+		Datum		all[6] = {values[0], values[1], values[2], values[3], values[4],
+		PointerGetDatum(construct_array(ats, n, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE))};
+
+		if (SPI_execute_plan(log_plan, all, NULL, false, 0) != SPI_OK_INSERT)
+			elog(ERROR, "vq_job: writing job logs failed");
+	}
+	MemoryContextReset(log_context);
+	log_entries = NIL;
+}
+
+/* Error unless called from a handler that an executor is running now. */
+static void
+RequireJob(const char *function)
+{
+	if (current_job == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_VQ_NOT_IN_JOB),
+				 errmsg("%s can only be called by a vq_job handler while it runs", function)));
+}
+
+/* vq_log(level, message, fields DEFAULT NULL) */
+Datum
+vq_log(PG_FUNCTION_ARGS)
+{
+	char	   *level;
+	MemoryContext old;
+	LogEntry   *e;
+
+	RequireJob("vq_log()");
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_VQ_INVALID_ARGUMENT),
+				 errmsg("vq_log() needs a level and a message")));
+	level = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	if (pg_strcasecmp(level, "WARNING") == 0)
+		level = "WARN";
+	if (pg_strcasecmp(level, "DEBUG") != 0 && pg_strcasecmp(level, "INFO") != 0 &&
+		pg_strcasecmp(level, "WARN") != 0 && pg_strcasecmp(level, "ERROR") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_VQ_INVALID_ARGUMENT),
+				 errmsg("unknown log level \"%s\"", level),
+				 errhint("Use DEBUG, INFO, WARN or ERROR.")));
+
+	old = MemoryContextSwitchTo(log_context);
+	e = palloc(sizeof(LogEntry));
+	e->level = pstrdup(level);
+	for (char *p = e->level; *p; p++)
+		*p = pg_toupper((unsigned char) *p);
+	e->message = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	e->fields = PG_ARGISNULL(2) ? NULL : DatumGetJsonbPCopy(PG_GETARG_DATUM(2));
+	e->at = GetCurrentTimestamp();
+	log_entries = lappend(log_entries, e);
+	MemoryContextSwitchTo(old);
+	PG_RETURN_VOID();
+}
+
+/* vq_progress_set_total(total) */
+Datum
+vq_progress_set_total(PG_FUNCTION_ARGS)
+{
+	RequireJob("vq_progress_set_total()");
+	if (PG_ARGISNULL(0) || PG_GETARG_INT64(0) < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_VQ_INVALID_ARGUMENT),
+				 errmsg("progress total must be zero or more")));
+	LWLockAcquire(VqShared->lock, LW_EXCLUSIVE);
+	VqMyExecutorSlot->progress_total = PG_GETARG_INT64(0);
+	LWLockRelease(VqShared->lock);
+	PG_RETURN_VOID();
+}
+
+/* vq_progress_add(succeeded DEFAULT 1, failed DEFAULT 0) */
+Datum
+vq_progress_add(PG_FUNCTION_ARGS)
+{
+	int64		succeeded = PG_ARGISNULL(0) ? 0 : PG_GETARG_INT64(0);
+	int64		failed = PG_ARGISNULL(1) ? 0 : PG_GETARG_INT64(1);
+
+	RequireJob("vq_progress_add()");
+	if (succeeded < 0 || failed < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_VQ_INVALID_ARGUMENT),
+				 errmsg("progress counts must be zero or more")));
+	LWLockAcquire(VqShared->lock, LW_EXCLUSIVE);
+	VqMyExecutorSlot->progress_succeeded += succeeded;
+	VqMyExecutorSlot->progress_failed += failed;
+	LWLockRelease(VqShared->lock);
+	PG_RETURN_VOID();
+}
+
+/* vq_job_cancelled(): has vq_cancel() asked the running job to stop? */
+Datum
+vq_job_cancelled(PG_FUNCTION_ARGS)
+{
+	bool		cancelled;
+
+	RequireJob("vq_job_cancelled()");
+	LWLockAcquire(VqShared->lock, LW_SHARED);
+	cancelled = VqMyExecutorSlot->cancel_requested;
+	LWLockRelease(VqShared->lock);
+	PG_RETURN_BOOL(cancelled);
+}
+
+/*
+ * vq_running_jobs(): one row per job an executor of this database is running:
+ * (pid, execution_id, handler, attempt_number, started_at, progress_total,
+ * progress_succeeded, progress_failed, cancel_requested).
+ */
+Datum
+vq_running_jobs(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	TupleDesc	desc;
+	Tuplestorestate *store;
+	MemoryContext old;
+	VqDatabaseSlot *slot;
+
+	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) || !(rsinfo->allowedModes & SFRM_Materialize))
+		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						errmsg("vq_running_jobs() must be called in a context that accepts a set")));
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "vq_running_jobs must return a composite type");
+
+	old = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
+	desc = CreateTupleDescCopy(desc);
+	store = tuplestore_begin_heap(true, false, work_mem);
+	rsinfo->returnMode = SFRM_Materialize;
+	rsinfo->setResult = store;
+	rsinfo->setDesc = desc;
+	MemoryContextSwitchTo(old);
+
+	LWLockAcquire(VqShared->lock, LW_SHARED);
+	slot = VqFindDatabaseSlot(MyDatabaseId);
+	for (int i = 0; slot != NULL && i < VQ_MAX_EXECUTORS; i++)
+	{
+		VqExecutorSlot *e = &slot->executors[i];
+		Datum		values[9];
+		bool		nulls[9] = {false, false, false, false, false, false, false, false, false};
+		pg_uuid_t  *uuid;
+
+		if (e->pid == 0 || !e->running)
+			continue;
+		uuid = palloc(sizeof(pg_uuid_t));
+		memcpy(uuid, &e->execution_id, sizeof(pg_uuid_t));
+		values[0] = Int32GetDatum(e->pid);
+		values[1] = UUIDPGetDatum(uuid);
+		values[2] = CStringGetTextDatum(e->handler);
+		values[3] = Int32GetDatum(e->attempt_number);
+		values[4] = TimestampTzGetDatum(e->job_started_at);
+		values[5] = Int64GetDatum(e->progress_total);
+		nulls[5] = e->progress_total < 0;
+		values[6] = Int64GetDatum(e->progress_succeeded);
+		values[7] = Int64GetDatum(e->progress_failed);
+		values[8] = BoolGetDatum(e->cancel_requested);
+		tuplestore_putvalues(store, desc, values, nulls);
+	}
+	LWLockRelease(VqShared->lock);
+	return (Datum) 0;
+}
+
+/* Ask the executor running this job (if any) to let it know it was cancelled. */
+static bool
+FlagRunningJob(pg_uuid_t *execution_id)
+{
+	VqDatabaseSlot *slot;
+	bool		found = false;
+
+	LWLockAcquire(VqShared->lock, LW_EXCLUSIVE);
+	slot = VqFindDatabaseSlot(MyDatabaseId);
+	for (int i = 0; slot != NULL && i < VQ_MAX_EXECUTORS; i++)
+	{
+		VqExecutorSlot *e = &slot->executors[i];
+
+		if (e->pid != 0 && e->running && memcmp(&e->execution_id, execution_id, sizeof(pg_uuid_t)) == 0)
+		{
+			e->cancel_requested = true;
+			found = true;
+		}
+	}
+	LWLockRelease(VqShared->lock);
+	return found;
+}
+
+#define CANCEL_LOOKUP_SQL \
+	"SELECT enqueued_by::pg_catalog.oid::pg_catalog.text, state::pg_catalog.text FROM vq.job" \
+	" WHERE execution_id OPERATOR(pg_catalog.=) $1"
+#define CANCEL_REQUEST_SQL \
+	"UPDATE vq.job SET cancel_requested = true" \
+	" WHERE execution_id OPERATOR(pg_catalog.=) $1" \
+	" AND state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state"
+
+/* Run one of vq_cancel's statements (as the extension owner); returns the first column of its first row. */
+static char *
+CancelStep(SPIPlanPtr *plan, const char *sql, Datum arg, int expected)
+{
+	if (*plan == NULL)
+	{
+		Oid			types[1] = {UUIDOID};
+
+		*plan = SPI_prepare(sql, 1, types);
+		if (*plan == NULL)
+			elog(ERROR, "vq_job: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+		SPI_keepplan(*plan);
+	}
+	if (SPI_execute_plan(*plan, &arg, NULL, false, 0) != expected)
+		elog(ERROR, "vq_job: vq_cancel failed");
+	return SPI_processed > 0 ? SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1) : NULL;
+}
+
+/*
+ * vq_cancel(execution_id): an ENQUEUED job becomes CANCELLED (one CANCELLED
+ * transition); a running one is asked to stop (vq_job_cancelled() turns true
+ * in its handler, and a RUNNING row gets cancel_requested). Returns the job's
+ * state after the call ('CANCEL_REQUESTED' for a running job), or NULL when
+ * the caller cannot see such a job: only members of the enqueuing role may
+ * cancel it.
+ */
+Datum
+vq_cancel(PG_FUNCTION_ARGS)
+{
+	static SPIPlanPtr lookup_plan = NULL;
+	static SPIPlanPtr cancel_plan = NULL;
+	static SPIPlanPtr request_plan = NULL;
+	pg_uuid_t  *id = PG_GETARG_UUID_P(0);
+	Datum		arg = UUIDPGetDatum(id);
+	Oid			caller = GetUserId();
+	VqRegistry *registry = VqRegistryGet();
+	VqSavedUser saved;
+	char	   *owner;
+	char	   *state = NULL;
+
+	VqBecomeOwner(registry, &saved);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "vq_job: SPI_connect failed");
+
+	owner = CancelStep(&lookup_plan, CANCEL_LOOKUP_SQL, arg, SPI_OK_SELECT);
+	if (owner != NULL && has_privs_of_role(caller, (Oid) strtoul(owner, NULL, 10)))
+	{
+		state = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+		if (FlagRunningJob(id))
+		{
+			/* running now (inline, its row still ENQUEUED and locked; or claimed visibly) */
+			(void) CancelStep(&request_plan, CANCEL_REQUEST_SQL, arg, SPI_OK_UPDATE);
+			state = "CANCEL_REQUESTED";
+		}
+		else if (strcmp(state, "ENQUEUED") == 0)
+		{
+			/* may wait for an executor that claimed it meanwhile; then it has finished or is RUNNING */
+			char	   *cancelled = CancelStep(&cancel_plan,
+											   "WITH j AS (UPDATE vq.job SET state = 'CANCELLED',"
+											   "  finished_at = pg_catalog.now(), updated_at = pg_catalog.now()"
+											   "  WHERE execution_id OPERATOR(pg_catalog.=) $1"
+											   "  AND state OPERATOR(pg_catalog.=) 'ENQUEUED'::vq.job_state"
+											   "  RETURNING execution_id, attempt_number),"
+											   " t AS (INSERT INTO vq.job_transition"
+											   "  (execution_id, attempt_number, kind, from_state, to_state)"
+											   "  SELECT execution_id, attempt_number, 'CANCELLED', 'ENQUEUED', 'CANCELLED' FROM j"
+											   "  RETURNING 1)"
+											   " SELECT 'CANCELLED' FROM t", arg, SPI_OK_SELECT);
+
+			if (cancelled != NULL)
+				state = "CANCELLED";
+			else
+			{
+				state = CancelStep(&lookup_plan, CANCEL_LOOKUP_SQL, arg, SPI_OK_SELECT)
+					? SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2) : NULL;
+				if (state != NULL && strcmp(state, "RUNNING") == 0)
+				{
+					(void) FlagRunningJob(id);
+					(void) CancelStep(&request_plan, CANCEL_REQUEST_SQL, arg, SPI_OK_UPDATE);
+					state = "CANCEL_REQUESTED";
+				}
+			}
+		}
+		else if (strcmp(state, "RUNNING") == 0)
+		{
+			/* a NOTIFY job, or claimed by an executor that has not published it yet */
+			(void) CancelStep(&request_plan, CANCEL_REQUEST_SQL, arg, SPI_OK_UPDATE);
+			state = "CANCEL_REQUESTED";
+		}
+	}
+	if (state != NULL)
+		state = MemoryContextStrdup(CurTransactionContext, state);
+	SPI_finish();
+	VqRestoreUser(&saved);
+	if (state == NULL)
+		PG_RETURN_NULL();
+	PG_RETURN_TEXT_P(cstring_to_text(state));
+}

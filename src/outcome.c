@@ -1,0 +1,301 @@
+/*
+ * outcome.c: writing what happened to jobs, and rescuing jobs whose executor
+ * died. Every state change updates the job row and inserts exactly one
+ * vq.job_transition row, in one statement. All functions run inside the
+ * caller's transaction, connected to SPI, with plans prepared once and kept.
+ *
+ * Attempts are zero-based and max_attempts inclusive: an attempt remains while
+ * attempt_number + 1 < max_attempts. A failure with an attempt left re-enqueues
+ * the job at now + backoff(attempt_number + 1) of its queue; an abandonment
+ * (timeout, dead executor) re-enqueues it at once; with no attempt left either
+ * moves it to DEAD_LETTER, where nothing runs it again.
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "backoff.h"
+#include "executor.h"
+#include "vq_job.h"
+
+static SPIPlanPtr completed_plan = NULL;
+static SPIPlanPtr finish_plan = NULL;
+static SPIPlanPtr running_plan = NULL;
+static SPIPlanPtr orphans_plan = NULL;
+static SPIPlanPtr next_due_plan = NULL;
+
+/* Prepare (once) and keep a plan. */
+static SPIPlanPtr
+KeptPlan(SPIPlanPtr *plan, const char *sql, int nargs, Oid *types)
+{
+	if (*plan == NULL)
+	{
+		SPIPlanPtr	p = SPI_prepare(sql, nargs, types);
+
+		if (p == NULL)
+			elog(ERROR, "vq_job: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+		SPI_keepplan(p);
+		*plan = p;
+	}
+	return *plan;
+}
+
+/* Run a kept plan that writes, expecting the given result. */
+static void
+Write(SPIPlanPtr plan, Datum *values, const char *nulls)
+{
+	int			rc = SPI_execute_plan(plan, values, nulls, false, 0);
+
+	if (rc != SPI_OK_INSERT && rc != SPI_OK_UPDATE)
+		elog(ERROR, "vq_job: writing a job outcome failed: %s", SPI_result_code_string(rc));
+}
+
+/* An int8 array with NULLs where the outcome had no progress. */
+static Datum
+ProgressArray(List *outcomes, int which)
+{
+	int			n = list_length(outcomes);
+	Datum	   *values = palloc(sizeof(Datum) * n);
+	bool	   *nulls = palloc(sizeof(bool) * n);
+	int			dims[1] = {n};
+	int			lbs[1] = {1};
+	int			i = 0;
+	ListCell   *lc;
+
+	foreach(lc, outcomes)
+	{
+		VqOutcome  *o = lfirst(lc);
+		int64		v = which == 0 ? o->progress_total : which == 1 ? o->progress_succeeded : o->progress_failed;
+
+		values[i] = Int64GetDatum(v);
+		nulls[i] = !o->has_progress;
+		i++;
+	}
+	return PointerGetDatum(construct_md_array(values, nulls, 1, dims, lbs, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+}
+
+/* Mark jobs COMPLETED (set-based), one COMPLETED transition each. */
+void
+VqPersistCompleted(List *jobs, List *outcomes, TimestampTz now)
+{
+	int			n = list_length(jobs);
+	Datum	   *ids = palloc(sizeof(Datum) * n);
+	Datum	   *froms = palloc(sizeof(Datum) * n);
+	Datum		values[6];
+	int			i = 0;
+	ListCell   *lc;
+
+	foreach(lc, jobs)
+	{
+		VqJob	   *job = lfirst(lc);
+
+		ids[i] = UUIDPGetDatum(&job->execution_id);
+		froms[i] = CStringGetTextDatum(job->running ? "RUNNING" : "ENQUEUED");
+		i++;
+	}
+	values[0] = PointerGetDatum(construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
+	values[1] = TimestampTzGetDatum(now);
+	values[2] = PointerGetDatum(construct_array(froms, n, TEXTOID, -1, false, TYPALIGN_INT));
+	values[3] = ProgressArray(outcomes, 0);
+	values[4] = ProgressArray(outcomes, 1);
+	values[5] = ProgressArray(outcomes, 2);
+
+	Write(KeptPlan(&completed_plan,
+			   "WITH done AS ("
+			   " UPDATE vq.job j SET state = 'COMPLETED', finished_at = $2, updated_at = $2,"
+			   "  last_error = NULL, worker_pid = NULL, worker_started_at = NULL,"
+			   "  progress_total = coalesce(u.t, j.progress_total),"
+			   "  progress_succeeded = coalesce(u.s, j.progress_succeeded),"
+			   "  progress_failed = coalesce(u.f, j.progress_failed)"
+			   " FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($3), pg_catalog.unnest($4),"
+			   "                 pg_catalog.unnest($5), pg_catalog.unnest($6)) AS u(e, fs, t, s, f)"
+			   " WHERE j.execution_id OPERATOR(pg_catalog.=) u.e"
+			   " RETURNING j.execution_id, j.attempt_number, u.fs)"
+			   " INSERT INTO vq.job_transition (execution_id, attempt_number, kind, from_state, to_state, at)"
+			   " SELECT execution_id, attempt_number, 'COMPLETED', fs::vq.job_state, 'COMPLETED', $2 FROM done",
+			   6, (Oid[]) {UUIDARRAYOID, TIMESTAMPTZOID, TEXTARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID}),
+		  values, NULL);
+}
+
+/*
+ * Record a failure or an abandonment: re-enqueue when an attempt remains,
+ * else dead-letter; one transition (FAILED or ABANDONED) either way.
+ */
+void
+VqPersistFailure(VqJob *job, VqOutcome *outcome, VqQueue *queue, TimestampTz now)
+{
+	bool		retry = job->attempt_number + 1 < job->max_attempts;
+	TimestampTz next_at = now;
+	Datum		values[10];
+	char		nulls[10];
+
+	if (retry && outcome->kind == VQ_OUTCOME_FAILED)
+	{
+		VqBackoffStrategy strategy = queue ? queue->backoff_strategy : VQ_BACKOFF_LINEAR;
+		int64		base = queue ? queue->backoff_base_delay_ms : 30000;
+		int64		max = queue ? queue->backoff_max_delay_ms : 3600000;
+
+		next_at = TimestampTzPlusMilliseconds(now, VqBackoffDelayMs(strategy, base, max, job->attempt_number + 1));
+	}
+
+	memset(nulls, ' ', sizeof(nulls));
+	values[0] = UUIDPGetDatum(&job->execution_id);
+	values[1] = CStringGetTextDatum(retry ? "ENQUEUED" : "DEAD_LETTER");
+	values[2] = Int32GetDatum(retry ? job->attempt_number + 1 : job->attempt_number);
+	values[3] = TimestampTzGetDatum(next_at);
+	values[4] = CStringGetTextDatum(outcome->error ? outcome->error : "unknown error");
+	values[5] = TimestampTzGetDatum(now);
+	nulls[5] = retry ? 'n' : ' ';	/* finished_at */
+	values[6] = TimestampTzGetDatum(now);
+	values[7] = Int32GetDatum(job->attempt_number);
+	values[8] = CStringGetTextDatum(outcome->kind == VQ_OUTCOME_ABANDONED ? "ABANDONED" : "FAILED");
+	values[9] = CStringGetTextDatum(job->running ? "RUNNING" : "ENQUEUED");
+
+	Write(KeptPlan(&finish_plan,
+			   "WITH j AS ("
+			   " UPDATE vq.job SET state = $2::vq.job_state, attempt_number = $3,"
+			   "  scheduled_at = CASE WHEN $2 OPERATOR(pg_catalog.=) 'ENQUEUED' THEN $4 ELSE scheduled_at END,"
+			   "  last_error = $5, finished_at = $6, updated_at = $7,"
+			   "  worker_pid = NULL, worker_started_at = NULL"
+			   " WHERE execution_id OPERATOR(pg_catalog.=) $1 RETURNING execution_id)"
+			   " INSERT INTO vq.job_transition (execution_id, attempt_number, kind, from_state, to_state, error, at)"
+			   " SELECT execution_id, $8, $9, $10::vq.job_state, $2::vq.job_state, $5, $7 FROM j",
+			   10, (Oid[]) {UUIDOID, TEXTOID, INT4OID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID,
+			   TIMESTAMPTZOID, INT4OID, TEXTOID, TEXTOID}),
+		  values, nulls);
+}
+
+/*
+ * Claim a job visibly: commit it as RUNNING with this executor's identity (or
+ * with none, for an external NOTIFY consumer), with a CLAIMED transition.
+ */
+void
+VqPersistRunning(VqJob *job, bool external, TimestampTz now)
+{
+	Datum		values[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
+
+	values[0] = UUIDPGetDatum(&job->execution_id);
+	values[1] = TimestampTzGetDatum(now);
+	values[2] = Int32GetDatum(VqMyExecutorSlot->pid);
+	values[3] = TimestampTzGetDatum(VqMyExecutorSlot->started_at);
+	if (external)
+		nulls[2] = nulls[3] = 'n';
+
+	Write(KeptPlan(&running_plan,
+			   "WITH j AS ("
+			   " UPDATE vq.job SET state = 'RUNNING', started_at = $2, updated_at = $2,"
+			   "  worker_pid = $3, worker_started_at = $4"
+			   " WHERE execution_id OPERATOR(pg_catalog.=) $1 RETURNING execution_id, attempt_number)"
+			   " INSERT INTO vq.job_transition (execution_id, attempt_number, kind, from_state, to_state, at)"
+			   " SELECT execution_id, attempt_number, 'CLAIMED', 'ENQUEUED', 'RUNNING', $2 FROM j",
+			   4, (Oid[]) {UUIDOID, TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID}),
+		  values, nulls);
+	job->running = true;
+}
+
+/* Is an executor with this identity alive and serving this database? */
+static bool
+ExecutorAlive(int pid, TimestampTz started_at)
+{
+	bool		alive = false;
+
+	LWLockAcquire(VqShared->lock, LW_SHARED);
+	for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
+	{
+		VqExecutorSlot *e = &VqMyDatabaseSlot->executors[i];
+
+		if (e->pid == pid && e->started_at == started_at)
+			alive = true;
+	}
+	LWLockRelease(VqShared->lock);
+	return alive;
+}
+
+/*
+ * Abandon RUNNING jobs nobody is running any more: their executor is not
+ * alive (it was killed, or the server crashed or stopped), or, for NOTIFY
+ * jobs, no reply came within vq.execution_timeout_ms. The server knows which
+ * of its processes are alive, so no heartbeat is needed. Returns the number
+ * of jobs abandoned.
+ */
+int
+VqRescueOrphans(TimestampTz now)
+{
+	VqRegistry *registry = VqRegistryGet();
+	Datum		values[1];
+	int			abandoned = 0;
+	SPITupleTable *tuptable;
+	uint64		nrows;
+
+	values[0] = TimestampTzGetDatum(vq_execution_timeout_ms > 0
+									? TimestampTzPlusMilliseconds(now, -(int64) vq_execution_timeout_ms)
+									: DT_NOBEGIN);
+	if (SPI_execute_plan(KeptPlan(&orphans_plan,
+							  "SELECT execution_id, attempt_number, max_attempts, queue, worker_pid, worker_started_at"
+							  " FROM vq.job"
+							  " WHERE state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state"
+							  " AND (worker_pid IS NOT NULL OR started_at OPERATOR(pg_catalog.<) $1)"
+							  " FOR UPDATE SKIP LOCKED",
+							  1, (Oid[]) {TIMESTAMPTZOID}),
+						 values, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "vq_job: looking for orphaned jobs failed");
+	tuptable = SPI_tuptable;
+	nrows = SPI_processed;
+
+	for (uint64 i = 0; i < nrows; i++)
+	{
+		HeapTuple	tup = tuptable->vals[i];
+		TupleDesc	desc = tuptable->tupdesc;
+		bool		pid_null;
+		bool		isnull;
+		int			pid = DatumGetInt32(SPI_getbinval(tup, desc, 5, &pid_null));
+		VqJob		job;
+		VqOutcome	outcome;
+
+		if (!pid_null &&
+			ExecutorAlive(pid, DatumGetTimestampTz(SPI_getbinval(tup, desc, 6, &isnull))))
+			continue;
+
+		memset(&job, 0, sizeof(job));
+		memcpy(&job.execution_id, DatumGetUUIDP(SPI_getbinval(tup, desc, 1, &isnull)), sizeof(pg_uuid_t));
+		job.attempt_number = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
+		job.max_attempts = DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
+		job.queue = SPI_getvalue(tup, desc, 4);
+		job.running = true;
+		memset(&outcome, 0, sizeof(outcome));
+		outcome.kind = VQ_OUTCOME_ABANDONED;
+		outcome.error = pid_null
+			? psprintf("no reply within %d ms", vq_execution_timeout_ms)
+			: psprintf("executor process %d stopped while the job was running", pid);
+		VqPersistFailure(&job, &outcome, VqLookupQueue(registry, job.queue), now);
+		abandoned++;
+	}
+	if (abandoned > 0)
+		ereport(LOG, (errmsg("vq_job: abandoned %d job(s) left RUNNING by stopped executors", abandoned)));
+	return abandoned;
+}
+
+/* The earliest scheduled_at of an ENQUEUED job still in the future, or VQ_NO_NEXT_DUE. */
+TimestampTz
+VqEarliestFutureDue(TimestampTz now)
+{
+	Datum		values[1] = {TimestampTzGetDatum(now)};
+	bool		isnull;
+	Datum		d;
+
+	if (SPI_execute_plan(KeptPlan(&next_due_plan,
+							  "SELECT pg_catalog.min(scheduled_at) FROM vq.job"
+							  " WHERE state OPERATOR(pg_catalog.=) 'ENQUEUED'::vq.job_state"
+							  " AND scheduled_at OPERATOR(pg_catalog.>) $1",
+							  1, (Oid[]) {TIMESTAMPTZOID}),
+						 values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "vq_job: looking for the next due job failed");
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	return isnull ? VQ_NO_NEXT_DUE : DatumGetTimestampTz(d);
+}
