@@ -77,6 +77,8 @@ typedef struct LauncherDatabase
 static HTAB *launcher_databases = NULL;
 static ProcessUtility_hook_type prev_process_utility = NULL;
 static bool wake_launcher_at_commit = false;
+static bool wake_executors_at_commit = false;
+static bool xact_callback_registered = false;
 
 /* Is this database in vq.databases (or is that list empty)? */
 bool
@@ -356,10 +358,18 @@ vq_launcher_main(Datum arg)
 	proc_exit(0);
 }
 
-/* End of transaction: after CREATE EXTENSION vq_job commits, have the launcher serve this database now. */
+/*
+ * End of transaction: after CREATE EXTENSION vq_job commits, have the launcher
+ * serve this database now; after DROP EXTENSION, wake the executors so they
+ * notice and exit.
+ */
 static void
 LauncherWakeupXactCallback(XactEvent event, void *arg)
 {
+	if (wake_executors_at_commit && event == XACT_EVENT_COMMIT)
+		VqWakeDatabase(MyDatabaseId, true, 0);
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT || event == XACT_EVENT_PREPARE)
+		wake_executors_at_commit = false;
 	if (!wake_launcher_at_commit)
 		return;
 	if (event == XACT_EVENT_COMMIT)
@@ -377,19 +387,38 @@ LauncherWakeupXactCallback(XactEvent event, void *arg)
 		wake_launcher_at_commit = false;
 }
 
+/* Make sure the end-of-transaction callback is registered in this backend. */
+static void
+RegisterWakeupCallback(void)
+{
+	if (!xact_callback_registered)
+	{
+		RegisterXactCallback(LauncherWakeupXactCallback, NULL);
+		xact_callback_registered = true;
+	}
+}
+
 /* vq.launcher_wakeup(): called by the install script; wakes the launcher when the transaction commits. */
 Datum
 vq_launcher_wakeup(PG_FUNCTION_ARGS)
 {
-	static bool registered = false;
-
-	if (!registered)
-	{
-		RegisterXactCallback(LauncherWakeupXactCallback, NULL);
-		registered = true;
-	}
+	RegisterWakeupCallback();
 	wake_launcher_at_commit = true;
 	PG_RETURN_VOID();
+}
+
+/* Is this a DROP EXTENSION naming vq_job? */
+static bool
+DropsThisExtension(Node *stmt)
+{
+	ListCell   *lc;
+
+	if (!IsA(stmt, DropStmt) || ((DropStmt *) stmt)->removeType != OBJECT_EXTENSION)
+		return false;
+	foreach(lc, ((DropStmt *) stmt)->objects)
+		if (strcmp(strVal(lfirst(lc)), "vq_job") == 0)
+			return true;
+	return false;
 }
 
 /*
@@ -481,6 +510,11 @@ VqProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 
 	if (OidIsValid(dboid))
 		StopDatabaseExecutors(dboid);
+	if (DropsThisExtension(pstmt->utilityStmt))
+	{
+		RegisterWakeupCallback();
+		wake_executors_at_commit = true;
+	}
 
 	if (prev_process_utility)
 		prev_process_utility(pstmt, queryString, readOnlyTree, context, params, queryEnv, dest, qc);
