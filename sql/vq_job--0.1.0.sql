@@ -101,6 +101,8 @@ CREATE TABLE vq.job (
 );
 -- The claim path: due ENQUEUED rows of a queue, highest priority first, then earliest.
 CREATE INDEX job_claim_idx ON vq.job (queue, priority DESC, scheduled_at) WHERE state = 'ENQUEUED';
+-- Finished jobs by age, for retention.
+CREATE INDEX job_finished_idx ON vq.job (finished_at) WHERE finished_at IS NOT NULL;
 -- Jobs claimed visibly, for the rescue of those whose executor died.
 CREATE INDEX job_running_idx ON vq.job (worker_pid) WHERE state = 'RUNNING';
 -- job_id is an idempotency key among unfinished jobs.

@@ -60,6 +60,8 @@ PGDLLEXPORT void vq_executor_main(Datum arg);
 
 /* How often executor 0 looks for jobs of dead executors. */
 #define RESCUE_INTERVAL_MS 1000
+/* How often executor 0 deletes expired finished jobs. */
+#define RETENTION_INTERVAL_MS 1000
 /* An inline batch stops taking new jobs after this long, so others are not held up. */
 #define BATCH_TIME_LIMIT_MS 200
 /* Stay under the 64 subtransaction XIDs a backend caches (beyond, every snapshot slows down). */
@@ -90,6 +92,7 @@ static HTAB *queue_polls = NULL;
 static HTAB *handler_timings = NULL;
 static MemoryContext cycle_context = NULL;
 static TimestampTz last_rescue = 0;
+static TimestampTz last_retention = 0;
 static uint64 last_wake_count = 0;
 static int	queue_rotation = 0;
 
@@ -539,7 +542,10 @@ SleepMs(void)
 		wake = Min(wake, p->next_poll);
 	wake = Min(wake, next_due);
 	if (my_index == 0)
+	{
 		wake = Min(wake, TimestampTzPlusMilliseconds(last_rescue, RESCUE_INTERVAL_MS));
+		wake = Min(wake, TimestampTzPlusMilliseconds(last_retention, RETENTION_INTERVAL_MS));
+	}
 	if (wake <= now)
 		return 0;
 	/* round up: waking a little late is fine, waking before scheduled_at only wastes a poll */
@@ -616,6 +622,13 @@ vq_executor_main(Datum arg)
 		{
 			last_wake_count = wake_count;
 			PollAllNow(GetCurrentTimestamp());
+		}
+
+		if (my_index == 0 &&
+			TimestampDifferenceExceeds(last_retention, GetCurrentTimestamp(), RETENTION_INTERVAL_MS))
+		{
+			VqRunRetention();
+			last_retention = GetCurrentTimestamp();
 		}
 
 		if (PollCycle())

@@ -71,6 +71,9 @@ extern void VqPersistRunning(VqJob *job, bool external, TimestampTz now);
 extern int	VqRescueOrphans(TimestampTz now);
 extern TimestampTz VqEarliestFutureDue(TimestampTz now);
 
+/* retention.c */
+extern void VqRunRetention(void);
+
 /* jobapi.c: the job context seen by vq_log / progress / cancellation */
 extern void VqJobApiBegin(VqJob *job);
 extern void VqJobApiEnd(VqOutcome *outcome);

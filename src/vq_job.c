@@ -27,6 +27,8 @@ int			vq_batch_size = 100;
 int			vq_inline_handler_ms = 5;
 int			vq_shutdown_grace_ms = 5000;
 char	   *vq_handler_search_path = NULL;
+int			vq_retention_finished_s = 86400;
+int			vq_retention_dead_letter_s = 604800;
 
 void		_PG_init(void);
 
@@ -87,6 +89,14 @@ DefineSettings(void)
 							   "search_path handlers run with (pg_temp is always searched last).",
 							   NULL, &vq_handler_search_path, "\"$user\", public",
 							   PGC_SIGHUP, GUC_LIST_INPUT, NULL, NULL, NULL);
+	DefineCustomIntVariable("vq.retention_finished",
+							"How long COMPLETED and CANCELLED jobs are kept (with their history and logs); -1 keeps them.",
+							NULL, &vq_retention_finished_s, 86400, -1, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomIntVariable("vq.retention_dead_letter",
+							"How long DEAD_LETTER jobs are kept (with their history and logs); -1 keeps them.",
+							NULL, &vq_retention_dead_letter_s, 604800, -1, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
 	VqContextInit();
 	MarkGUCPrefixReserved("vq");
 }

@@ -1,0 +1,98 @@
+/*
+ * retention.c: deleting finished jobs. COMPLETED and CANCELLED jobs older
+ * than vq.retention_finished, and DEAD_LETTER jobs older than
+ * vq.retention_dead_letter, are deleted with their transitions and logs, by
+ * executor 0, in batches of RETENTION_BATCH rows per transaction and for at
+ * most RETENTION_BUDGET_MS per round, so the tables stay bounded under
+ * sustained load while claims go on (the batches skip locked rows and take
+ * no lock a claim waits for).
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "executor.h"
+#include "vq_job.h"
+
+#define RETENTION_BATCH 1000
+#define RETENTION_BUDGET_MS 100
+
+static SPIPlanPtr delete_plan = NULL;
+
+/* Delete one batch of expired jobs (with their history and logs); returns how many. */
+static uint64
+DeleteBatch(TimestampTz finished_before, TimestampTz dead_before)
+{
+	Datum		values[3];
+	char		nulls[3] = {' ', ' ', ' '};
+
+	values[0] = TimestampTzGetDatum(finished_before);
+	values[1] = TimestampTzGetDatum(dead_before);
+	values[2] = Int32GetDatum(RETENTION_BATCH);
+	if (vq_retention_finished_s < 0)
+		nulls[0] = 'n';
+	if (vq_retention_dead_letter_s < 0)
+		nulls[1] = 'n';
+	if (delete_plan == NULL)
+	{
+		Oid			types[3] = {TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID};
+
+		delete_plan = SPI_prepare("WITH expired AS ("
+								  "  SELECT execution_id FROM vq.job"
+								  "  WHERE finished_at IS NOT NULL AND ("
+								  "   (state OPERATOR(pg_catalog.=) ANY ('{COMPLETED,CANCELLED}'::vq.job_state[])"
+								  "    AND finished_at OPERATOR(pg_catalog.<) $1)"
+								  "   OR (state OPERATOR(pg_catalog.=) 'DEAD_LETTER'::vq.job_state"
+								  "    AND finished_at OPERATOR(pg_catalog.<) $2))"
+								  "  LIMIT $3 FOR UPDATE SKIP LOCKED),"
+								  " logs AS (DELETE FROM vq.job_log l USING expired e"
+								  "  WHERE l.execution_id OPERATOR(pg_catalog.=) e.execution_id),"
+								  " history AS (DELETE FROM vq.job_transition t USING expired e"
+								  "  WHERE t.execution_id OPERATOR(pg_catalog.=) e.execution_id)"
+								  " DELETE FROM vq.job j USING expired e"
+								  " WHERE j.execution_id OPERATOR(pg_catalog.=) e.execution_id",
+								  3, types);
+		if (delete_plan == NULL)
+			elog(ERROR, "vq_job: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+		SPI_keepplan(delete_plan);
+	}
+	if (SPI_execute_plan(delete_plan, values, nulls, false, 0) != SPI_OK_DELETE)
+		elog(ERROR, "vq_job: deleting expired jobs failed");
+	return SPI_processed;
+}
+
+/* One round of retention: delete expired jobs, batch by batch, within the time budget. */
+void
+VqRunRetention(void)
+{
+	TimestampTz start = GetCurrentTimestamp();
+
+	if (vq_retention_finished_s < 0 && vq_retention_dead_letter_s < 0)
+		return;
+	for (;;)
+	{
+		TimestampTz now = GetCurrentTimestamp();
+		uint64		deleted;
+
+		CHECK_FOR_INTERRUPTS();
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "vq_job: SPI_connect failed");
+		deleted = DeleteBatch(now - (TimestampTz) Max(vq_retention_finished_s, 0) * USECS_PER_SEC,
+							  now - (TimestampTz) Max(vq_retention_dead_letter_s, 0) * USECS_PER_SEC);
+		SPI_finish();
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+		if (deleted < RETENTION_BATCH ||
+			TimestampDifferenceExceeds(start, GetCurrentTimestamp(), RETENTION_BUDGET_MS))
+			break;
+	}
+}
