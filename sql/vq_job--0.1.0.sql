@@ -452,6 +452,31 @@ BEGIN
 END
 $$;
 
+-- Stop claiming from a queue (jobs already running finish), or start again.
+CREATE FUNCTION vq_pause_queue(name text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    UPDATE vq.queue x SET paused = true, updated_at = now() WHERE x.name OPERATOR(pg_catalog.=) vq_pause_queue.name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'VQ004', MESSAGE = format('queue "%s" does not exist', name);
+    END IF;
+END
+$$;
+
+CREATE FUNCTION vq_resume_queue(name text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    UPDATE vq.queue x SET paused = false, updated_at = now() WHERE x.name OPERATOR(pg_catalog.=) vq_resume_queue.name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'VQ004', MESSAGE = format('queue "%s" does not exist', name);
+    END IF;
+END
+$$;
+
 -- Every violation of one contract override.
 CREATE FUNCTION vq.override_violations(handler text, queue text, max_attempts bigint,
                                        queue_field text DEFAULT 'queue',
@@ -842,6 +867,8 @@ REVOKE ALL ON FUNCTION vq.queue_violations(text, bigint, bigint, text, bigint, b
                        vq_create_queue(text, integer, integer, text, integer, integer, integer),
                        vq_alter_queue(text, integer, integer, text, integer, integer, integer),
                        vq_drop_queue(text),
+                       vq_pause_queue(text),
+                       vq_resume_queue(text),
                        vq_set_contract_override(text, text, integer, integer),
                        vq_drop_contract_override(text),
                        vq_configure(jsonb),
