@@ -350,7 +350,9 @@ CancelStep(SPIPlanPtr *plan, const char *sql, Datum arg, int expected)
 	}
 	if (SPI_execute_plan(*plan, &arg, NULL, false, 0) != expected)
 		elog(ERROR, "vq_job: vq_cancel failed");
-	return SPI_processed > 0 ? SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1) : NULL;
+	if (SPI_processed == 0 || SPI_tuptable == NULL)
+		return NULL;
+	return SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 }
 
 /*
