@@ -2,7 +2,10 @@
  * executor.c: the executor processes. Each database served by vq_job has
  * vq.executors_per_database of them (dynamic background workers started by
  * the launcher). Every executor polls the database's queues, claims due jobs
- * and runs them; executor 0 also rescues jobs whose executor died.
+ * and runs them. Between jobs, every executor also rescues jobs whose
+ * executor died and saves the progress of jobs running in the others (so
+ * this goes on while any one of them is busy with a long job); executor 0
+ * also deletes expired finished jobs.
  *
  * Claiming. A claim takes up to min(vq.batch_size, free capacity of the
  * queue) due jobs, highest priority first then earliest scheduled_at, with
@@ -93,6 +96,7 @@ static HTAB *handler_timings = NULL;
 static MemoryContext cycle_context = NULL;
 static TimestampTz last_rescue = 0;
 static TimestampTz last_retention = 0;
+static TimestampTz last_progress_flush = 0;
 static uint64 last_wake_count = 0;
 static int	queue_rotation = 0;
 
@@ -464,13 +468,20 @@ PollCycle(void)
 		VqWakeLauncher();		/* start the other executors */
 	}
 
-	if (my_index == 0 && TimestampDifferenceExceeds(last_rescue, now, RESCUE_INTERVAL_MS))
+	if (TimestampDifferenceExceeds(last_rescue, now, RESCUE_INTERVAL_MS))
 	{
 		int			rescued = VqRescueOrphans(now);
 
 		last_rescue = now;
 		if (rescued > 0)
 			PollAllNow(now);
+	}
+
+	if (vq_progress_flush_interval_ms > 0 &&
+		TimestampDifferenceExceeds(last_progress_flush, now, vq_progress_flush_interval_ms))
+	{
+		VqFlushProgress();
+		last_progress_flush = now;
 	}
 
 	/* A known due time has passed: everything is worth a look, and the next one must be found. */
@@ -541,11 +552,11 @@ SleepMs(void)
 	while ((p = hash_seq_search(&seq)) != NULL)
 		wake = Min(wake, p->next_poll);
 	wake = Min(wake, next_due);
+	wake = Min(wake, TimestampTzPlusMilliseconds(last_rescue, RESCUE_INTERVAL_MS));
+	if (vq_progress_flush_interval_ms > 0)
+		wake = Min(wake, TimestampTzPlusMilliseconds(last_progress_flush, vq_progress_flush_interval_ms));
 	if (my_index == 0)
-	{
-		wake = Min(wake, TimestampTzPlusMilliseconds(last_rescue, RESCUE_INTERVAL_MS));
 		wake = Min(wake, TimestampTzPlusMilliseconds(last_retention, RETENTION_INTERVAL_MS));
-	}
 	if (wake <= now)
 		return 0;
 	/* round up: waking a little late is fine, waking before scheduled_at only wastes a poll */

@@ -70,6 +70,7 @@ extern void VqPersistFailure(VqJob *job, VqOutcome *outcome, VqQueue *queue, Tim
 extern void VqPersistRunning(VqJob *job, bool external, TimestampTz now);
 extern int	VqRescueOrphans(TimestampTz now);
 extern TimestampTz VqEarliestFutureDue(TimestampTz now);
+extern void VqFlushProgress(void);
 
 /* retention.c */
 extern void VqRunRetention(void);

@@ -28,6 +28,7 @@ static SPIPlanPtr finish_plan = NULL;
 static SPIPlanPtr running_plan = NULL;
 static SPIPlanPtr orphans_plan = NULL;
 static SPIPlanPtr next_due_plan = NULL;
+static SPIPlanPtr progress_plan = NULL;
 
 /* Prepare (once) and keep a plan. */
 static SPIPlanPtr
@@ -298,4 +299,57 @@ VqEarliestFutureDue(TimestampTz now)
 		elog(ERROR, "vq_job: looking for the next due job failed");
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 	return isnull ? VQ_NO_NEXT_DUE : DatumGetTimestampTz(d);
+}
+
+/*
+ * Persist the live progress of jobs running visibly (RUNNING rows) in any
+ * executor of this database. Rows locked by their executor (inline jobs, or
+ * one being finished) are skipped: their progress is written with the outcome.
+ */
+void
+VqFlushProgress(void)
+{
+	Datum	   *ids = palloc(sizeof(Datum) * VQ_MAX_EXECUTORS);
+	Datum	   *totals = palloc(sizeof(Datum) * VQ_MAX_EXECUTORS);
+	Datum	   *succeeded = palloc(sizeof(Datum) * VQ_MAX_EXECUTORS);
+	Datum	   *failed = palloc(sizeof(Datum) * VQ_MAX_EXECUTORS);
+	pg_uuid_t  *uuids = palloc(sizeof(pg_uuid_t) * VQ_MAX_EXECUTORS);
+	Datum		values[4];
+	int			n = 0;
+
+	LWLockAcquire(VqShared->lock, LW_SHARED);
+	for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
+	{
+		VqExecutorSlot *e = &VqMyDatabaseSlot->executors[i];
+
+		if (e->pid == 0 || !e->running ||
+			(e->progress_total < 0 && e->progress_succeeded == 0 && e->progress_failed == 0))
+			continue;
+		memcpy(&uuids[n], &e->execution_id, sizeof(pg_uuid_t));
+		ids[n] = UUIDPGetDatum(&uuids[n]);
+		totals[n] = Int64GetDatum(Max(e->progress_total, 0));
+		succeeded[n] = Int64GetDatum(e->progress_succeeded);
+		failed[n] = Int64GetDatum(e->progress_failed);
+		n++;
+	}
+	LWLockRelease(VqShared->lock);
+	if (n == 0)
+		return;
+
+	values[0] = PointerGetDatum(construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
+	values[1] = PointerGetDatum(construct_array(totals, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	values[2] = PointerGetDatum(construct_array(succeeded, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	values[3] = PointerGetDatum(construct_array(failed, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	Write(KeptPlan(&progress_plan,
+				   "UPDATE vq.job j SET progress_total = u.t, progress_succeeded = u.s, progress_failed = u.f"
+				   " FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3),"
+				   "                 pg_catalog.unnest($4)) AS u(e, t, s, f)"
+				   " WHERE j.execution_id OPERATOR(pg_catalog.=) u.e"
+				   " AND j.execution_id OPERATOR(pg_catalog.=) ANY (ARRAY("
+				   "  SELECT r.execution_id FROM vq.job r"
+				   "  WHERE r.execution_id OPERATOR(pg_catalog.=) ANY ($1)"
+				   "  AND r.state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state"
+				   "  FOR UPDATE SKIP LOCKED))",
+				   4, (Oid[]) {UUIDARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID}),
+		  values, NULL);
 }
