@@ -18,6 +18,9 @@ REGRESS_OPTS = --inputdir=test --outputdir=test --load-extension=vq_job
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
+# PGXS tracks no header dependencies: rebuild every object when a header changes.
+$(OBJS): $(wildcard src/*.h)
+
 .PHONY: run test bench
 run:
 	./scripts/run

@@ -11,10 +11,9 @@
  *  - with search_path = vq.handler_search_path (plus pg_temp last), at a GUC
  *    nest level that ends with the job, where vq.context holds the job's
  *    metadata so jobs it enqueues inherit it;
- *  - under a watch timer that cancels it when vq.execution_timeout_ms passes
- *    (the job is then ABANDONED), and that terminates the process when a
- *    shutdown has waited vq.shutdown_grace_ms for it (the job is rescued on the
- *    next start).
+ *  - under a watch timer that cancels it when vq.execution_timeout_ms passes,
+ *    or when a shutdown has waited vq.shutdown_grace_ms for it (the job is
+ *    then ABANDONED, with its logs, and the executor exits after committing).
  *
  * A NOTIFY handler's job is committed as RUNNING (with no executor: only its
  * reply or the timeout ends it) and announced with pg_notify on the channel.
@@ -65,12 +64,22 @@ static HTAB *functions = NULL;
 static TimeoutId watch_timeout;
 static Oid	job_context_type = InvalidOid;
 
+/* A handler that ignores the cancel this long after the shutdown grace ends its process. */
+#define SHUTDOWN_KILL_AFTER_MS 2000
+
 /* Watch state, read by the timer (signal context). */
 static volatile TimestampTz job_deadline = 0;
 static volatile TimestampTz shutdown_deadline = 0;
 static volatile sig_atomic_t job_timed_out = false;
+static volatile sig_atomic_t job_cut_by_shutdown = false;
 
-/* The watch timer: cancel a handler that overran its time; end the process when shutdown has waited enough. */
+/*
+ * The watch timer: cancel a handler that overran its execution time, or that
+ * a shutdown has waited vq.shutdown_grace_ms for (either way the job is
+ * ABANDONED, its logs written, and the outcome committed). A handler that does
+ * not react to the cancel ends the process a little later; its job is then
+ * rescued at the next start.
+ */
 static void
 JobWatch(void)
 {
@@ -86,10 +95,16 @@ JobWatch(void)
 	{
 		if (shutdown_deadline == 0)
 			shutdown_deadline = TimestampTzPlusMilliseconds(now, vq_shutdown_grace_ms);
-		else if (now >= shutdown_deadline)
+		else if (now >= TimestampTzPlusMilliseconds(shutdown_deadline, SHUTDOWN_KILL_AFTER_MS))
 		{
 			InterruptPending = true;
 			ProcDiePending = true;
+		}
+		else if (now >= shutdown_deadline && !job_cut_by_shutdown)
+		{
+			job_cut_by_shutdown = true;
+			InterruptPending = true;
+			QueryCancelPending = true;
 		}
 	}
 	SetLatch(MyLatch);
@@ -176,10 +191,6 @@ JobContextDatum(VqJob *job)
 static void
 CheckRunPrivileges(VqJob *job, HandlerFunction *hf)
 {
-	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(job->enqueued_by)))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("role %u that enqueued the job no longer exists", job->enqueued_by)));
 	if (vq_proc_aclcheck(hf->fn, job->enqueued_by, ACL_EXECUTE) != ACLCHECK_OK)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
@@ -236,8 +247,19 @@ VqRunFunctionHandler(VqJob *job, VqOutcome *outcome)
 	int			save_sec_context;
 
 	memset(outcome, 0, sizeof(VqOutcome));
+
+	/* A job whose role was dropped can never run as anyone: dead-letter it at once. */
+	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(job->enqueued_by)))
+	{
+		outcome->kind = VQ_OUTCOME_FAILED;
+		outcome->permanent = true;
+		outcome->error = psprintf("role %u that enqueued the job no longer exists", job->enqueued_by);
+		return;
+	}
+
 	VqJobApiBegin(job);
 	job_timed_out = false;
+	job_cut_by_shutdown = false;
 	job_deadline = vq_execution_timeout_ms > 0
 		? TimestampTzPlusMilliseconds(start, vq_execution_timeout_ms) : 0;
 	enable_timeout_every(watch_timeout, TimestampTzPlusMilliseconds(start, WATCH_INTERVAL_MS),
@@ -257,7 +279,8 @@ VqRunFunctionHandler(VqJob *job, VqOutcome *outcome)
 							   save_sec_context | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
 		nestlevel = NewGUCNestLevel();
 		CallHandler(job, hf);
-		AtEOXact_GUC(true, nestlevel);
+		/* whatever the handler SET (even without LOCAL) ends with it */
+		AtEOXact_GUC(false, nestlevel);
 		SetUserIdAndSecContext(save_userid, save_sec_context);
 
 		outcome->wrote = TransactionIdIsValid(GetCurrentTransactionIdIfAny());
@@ -283,6 +306,12 @@ VqRunFunctionHandler(VqJob *job, VqOutcome *outcome)
 			outcome->kind = VQ_OUTCOME_ABANDONED;
 			outcome->error = psprintf("execution timed out after %d ms", vq_execution_timeout_ms);
 		}
+		else if (job_cut_by_shutdown && edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
+		{
+			outcome->kind = VQ_OUTCOME_ABANDONED;
+			outcome->error = psprintf("executor shutting down: handler still running after vq.shutdown_grace_ms (%d ms)",
+									  vq_shutdown_grace_ms);
+		}
 		else
 		{
 			outcome->kind = VQ_OUTCOME_FAILED;
@@ -295,7 +324,7 @@ VqRunFunctionHandler(VqJob *job, VqOutcome *outcome)
 	disable_timeout(watch_timeout, false);
 	job_deadline = 0;
 	/* the timer may have fired after the handler returned: that cancel is not for us */
-	if (job_timed_out && outcome->kind == VQ_OUTCOME_COMPLETED)
+	if ((job_timed_out || job_cut_by_shutdown) && outcome->kind == VQ_OUTCOME_COMPLETED)
 		QueryCancelPending = false;
 	outcome->duration_us = GetCurrentTimestamp() - start;
 	VqJobApiEnd(outcome);

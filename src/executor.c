@@ -189,17 +189,33 @@ ReserveCapacity(const char *queue, int cap, int want)
 	n = Max(0, Min(want, cap - others));
 	strlcpy(VqMyExecutorSlot->queue, queue, sizeof(VqMyExecutorSlot->queue));
 	VqMyExecutorSlot->claimed = n;
+	if (n == 0)
+		strlcpy(VqMyDatabaseSlot->capacity_wait, queue, sizeof(VqMyDatabaseSlot->capacity_wait));
 	LWLockRelease(VqShared->lock);
 	return n;
 }
 
-/* Set this executor's count of claimed, unfinished jobs. */
+/*
+ * Set this executor's count of claimed, unfinished jobs. When jobs finished
+ * (not merely a reservation left unused) in a queue another executor found at
+ * capacity, wake the executors to claim again.
+ */
 static void
-SetClaimed(int n)
+SetClaimed(int n, bool jobs_finished)
 {
+	bool		wake = false;
+
 	LWLockAcquire(VqShared->lock, LW_EXCLUSIVE);
+	if (jobs_finished && n < VqMyExecutorSlot->claimed &&
+		strcmp(VqMyDatabaseSlot->capacity_wait, VqMyExecutorSlot->queue) == 0)
+	{
+		VqMyDatabaseSlot->capacity_wait[0] = '\0';
+		wake = true;
+	}
 	VqMyExecutorSlot->claimed = n;
 	LWLockRelease(VqShared->lock);
+	if (wake)
+		VqWakeDatabase(VqMyDatabase, true, 0);
 }
 
 /* Bring the local polling schedule in line with the configured queues. */
@@ -513,15 +529,19 @@ PollCycle(void)
 			continue;
 		room = ReserveCapacity(queue->name, queue->instances * queue->max_concurrent_jobs, vq_batch_size);
 		if (room == 0)
-			continue;			/* the queue is at capacity; its executors will come back for more */
+		{
+			/* at capacity: whoever frees room wakes us; until then, poll as usual */
+			poll->next_poll = TimestampTzPlusMilliseconds(now, queue->sleep_delay_ms);
+			continue;
+		}
 		jobs = ClaimJobs(queue, room, now);
 		Reschedule(poll, queue, jobs != NIL, now);
 		if (jobs == NIL)
 		{
-			SetClaimed(0);
+			SetClaimed(0, false);
 			continue;
 		}
-		SetClaimed(list_length(jobs));
+		SetClaimed(list_length(jobs), false);
 		claimed = true;
 		visible = RunBatch(jobs, queue);
 		visible_queue = queue;
@@ -530,11 +550,11 @@ PollCycle(void)
 
 	if (visible != NULL)
 	{
-		SetClaimed(1);
+		SetClaimed(1, true);
 		visible->running = true;
 		RunClaimedJob(visible, visible_queue);
 	}
-	SetClaimed(0);
+	SetClaimed(0, true);
 	return claimed;
 }
 
@@ -615,6 +635,7 @@ vq_executor_main(Datum arg)
 	while (!ShutdownRequestPending)
 	{
 		uint64		wake_count;
+		bool		claimed;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -635,14 +656,15 @@ vq_executor_main(Datum arg)
 			PollAllNow(GetCurrentTimestamp());
 		}
 
+		claimed = PollCycle();	/* exits the process if the extension is gone */
+
 		if (my_index == 0 &&
 			TimestampDifferenceExceeds(last_retention, GetCurrentTimestamp(), RETENTION_INTERVAL_MS))
 		{
 			VqRunRetention();
 			last_retention = GetCurrentTimestamp();
 		}
-
-		if (PollCycle())
+		if (claimed)
 			continue;
 
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,

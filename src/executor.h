@@ -46,6 +46,7 @@ typedef struct VqOutcome
 {
 	VqOutcomeKind kind;
 	char	   *error;			/* FAILED / ABANDONED */
+	bool		permanent;		/* FAILED for good: no retry whatever the attempts left */
 	int64		duration_us;
 	bool		wrote;			/* the handler's subtransaction got an XID */
 	int64		progress_total;

@@ -463,6 +463,21 @@ StopDatabaseExecutors(Oid dboid)
 	}
 }
 
+/* Lift the pause StopDatabaseExecutors put on a database. */
+static void
+ResumeDatabaseExecutors(Oid dboid)
+{
+	VqDatabaseSlot *slot;
+
+	if (VqShared == NULL)
+		return;
+	LWLockAcquire(VqShared->lock, LW_EXCLUSIVE);
+	slot = VqFindDatabaseSlot(dboid);
+	if (slot != NULL)
+		slot->paused_until = 0;
+	LWLockRelease(VqShared->lock);
+}
+
 /* The database a utility statement needs to itself, or InvalidOid. */
 static Oid
 DatabaseNeededAlone(Node *stmt)
@@ -506,20 +521,33 @@ VqProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 				 ProcessUtilityContext context, ParamListInfo params,
 				 QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc)
 {
-	Oid			dboid = DatabaseNeededAlone(pstmt->utilityStmt);
+	Node	   *stmt = pstmt->utilityStmt;
+	Oid			dboid = DatabaseNeededAlone(stmt);
 
 	if (OidIsValid(dboid))
 		StopDatabaseExecutors(dboid);
-	if (DropsThisExtension(pstmt->utilityStmt))
+	if (DropsThisExtension(stmt))
 	{
 		RegisterWakeupCallback();
 		wake_executors_at_commit = true;
 	}
 
-	if (prev_process_utility)
-		prev_process_utility(pstmt, queryString, readOnlyTree, context, params, queryEnv, dest, qc);
-	else
-		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context, params, queryEnv, dest, qc);
+	PG_TRY();
+	{
+		if (prev_process_utility)
+			prev_process_utility(pstmt, queryString, readOnlyTree, context, params, queryEnv, dest, qc);
+		else
+			standard_ProcessUtility(pstmt, queryString, readOnlyTree, context, params, queryEnv, dest, qc);
+	}
+	PG_FINALLY();
+	{
+		/* the statement is over (done or failed): the database may be served again at once */
+		if (OidIsValid(dboid))
+			ResumeDatabaseExecutors(dboid);
+		if (OidIsValid(dboid) || IsA(stmt, CreatedbStmt))
+			VqWakeLauncher();
+	}
+	PG_END_TRY();
 }
 
 /* Register the launcher and the utility hook (from _PG_init). */

@@ -7,7 +7,8 @@
  * Attempts are zero-based and max_attempts inclusive: an attempt remains while
  * attempt_number + 1 < max_attempts. A failure with an attempt left re-enqueues
  * the job at now + backoff(attempt_number + 1) of its queue; an abandonment
- * (timeout, dead executor) re-enqueues it at once; with no attempt left either
+ * (timeout, dead executor, shutdown) re-enqueues it at once, keeping its
+ * scheduled_at and so its place in line; with no attempt left either
  * moves it to DEAD_LETTER, where nothing runs it again.
  */
 #include "postgres.h"
@@ -130,11 +131,15 @@ VqPersistCompleted(List *jobs, List *outcomes, TimestampTz now)
 void
 VqPersistFailure(VqJob *job, VqOutcome *outcome, VqQueue *queue, TimestampTz now)
 {
-	bool		retry = job->attempt_number + 1 < job->max_attempts;
+	bool		retry = job->attempt_number + 1 < job->max_attempts && !outcome->permanent;
 	TimestampTz next_at = now;
 	Datum		values[10];
-	char		nulls[10];
+	char		nulls[10] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 
+	/*
+	 * A failure waits for its backoff; an abandoned job keeps its scheduled_at,
+	 * so it is claimed again at once, ahead of the jobs that were due after it.
+	 */
 	if (retry && outcome->kind == VQ_OUTCOME_FAILED)
 	{
 		VqBackoffStrategy strategy = queue ? queue->backoff_strategy : VQ_BACKOFF_LINEAR;
@@ -144,11 +149,11 @@ VqPersistFailure(VqJob *job, VqOutcome *outcome, VqQueue *queue, TimestampTz now
 		next_at = TimestampTzPlusMilliseconds(now, VqBackoffDelayMs(strategy, base, max, job->attempt_number + 1));
 	}
 
-	memset(nulls, ' ', sizeof(nulls));
 	values[0] = UUIDPGetDatum(&job->execution_id);
 	values[1] = CStringGetTextDatum(retry ? "ENQUEUED" : "DEAD_LETTER");
 	values[2] = Int32GetDatum(retry ? job->attempt_number + 1 : job->attempt_number);
 	values[3] = TimestampTzGetDatum(next_at);
+	nulls[3] = (outcome->kind == VQ_OUTCOME_ABANDONED) ? 'n' : ' ';
 	values[4] = CStringGetTextDatum(outcome->error ? outcome->error : "unknown error");
 	values[5] = TimestampTzGetDatum(now);
 	nulls[5] = retry ? 'n' : ' ';	/* finished_at */
@@ -160,7 +165,8 @@ VqPersistFailure(VqJob *job, VqOutcome *outcome, VqQueue *queue, TimestampTz now
 	Write(KeptPlan(&finish_plan,
 			   "WITH j AS ("
 			   " UPDATE vq.job SET state = $2::vq.job_state, attempt_number = $3,"
-			   "  scheduled_at = CASE WHEN $2 OPERATOR(pg_catalog.=) 'ENQUEUED' THEN $4 ELSE scheduled_at END,"
+			   "  scheduled_at = CASE WHEN $2 OPERATOR(pg_catalog.=) 'ENQUEUED' THEN coalesce($4, scheduled_at)"
+			   "   ELSE scheduled_at END,"
 			   "  last_error = $5, finished_at = $6, updated_at = $7,"
 			   "  worker_pid = NULL, worker_started_at = NULL"
 			   " WHERE execution_id OPERATOR(pg_catalog.=) $1 RETURNING execution_id)"

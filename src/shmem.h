@@ -58,6 +58,7 @@ typedef struct VqDatabaseSlot
 	VqDatabaseState state;
 	TimestampTz state_since;
 	TimestampTz paused_until;	/* a utility statement needs the database alone until then */
+	char		capacity_wait[VQ_NAME_MAX + 1];	/* a queue an executor found at capacity ('' = none) */
 	pg_atomic_uint64 wake_count;	/* commits that enqueued due work */
 	pg_atomic_uint64 next_due;	/* earliest future scheduled_at enqueued (TimestampTz) */
 	VqExecutorSlot executors[VQ_MAX_EXECUTORS];

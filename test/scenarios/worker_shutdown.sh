@@ -1,0 +1,254 @@
+#!/usr/bin/env bash
+# worker_shutdown.sh: server stop and executor termination while jobs run.
+#   (a) pg_ctl stop -m fast while a 2 s handler runs (claimed visibly): the handler is within
+#       vq.shutdown_grace_ms (default 5 s), so it finishes during the shutdown and the server
+#       stops within the grace + margin. After the restart the job is COMPLETED exactly once
+#       (one effect row, one COMPLETED transition, no ABANDONED), nothing is RUNNING, and the
+#       vq_log lines it wrote before the shutdown are in vq.job_log.
+#   (b) pg_terminate_backend() on one executor while it runs a 0.5 s job: the executor finishes
+#       that job (COMPLETED, not ABANDONED) and exits; the launcher starts a new process for the
+#       same executor number within 3 s; every job completes, none is lost or run twice.
+#   (c) a handler longer than the grace (pg_sleep(30)) with vq.shutdown_grace_ms = 1000:
+#       pg_ctl stop -m fast returns within 5 s; the handler is cancelled at the end of the
+#       grace and the job ABANDONED (error naming the shutdown grace), re-enqueued and run again (a flag flipped while the first attempt
+#       sleeps makes the second one fast) and COMPLETED; the first attempt's vq_log line is
+#       kept (logs are flushed on every ending path, stop included).
+# Runs against $PGDATABASE (a fresh database with vq_job); exits non-zero on failure.
+set -euo pipefail
+
+: "${PGDATABASE:?PGDATABASE must name a database with vq_job installed}"
+: "${VQ_REPO_ROOT:?}" "${VQ_CLUSTER_DATA:?}" "${VQ_CLUSTER_DIR:?}"
+# shellcheck source=scripts/lib.sh
+. "$VQ_REPO_ROOT/scripts/lib.sh"
+
+CHANGED_SETTINGS=()
+DEFERRED_FAILURES=()
+
+fail() {
+    echo "FAIL: $*" >&2
+    exit 1
+}
+# fail_later MESSAGE: report a failure but go on with the other checks; the script fails at the end.
+fail_later() {
+    echo "FAIL: $*" >&2
+    DEFERRED_FAILURES+=("$*")
+}
+log() { printf -- '-- %s\n' "$*"; }
+
+q() {
+    psql -X -q -v ON_ERROR_STOP=1 -At -c "$1"
+}
+q_quiet() {
+    psql -X -q -v ON_ERROR_STOP=1 -At -c "$1" 2>/dev/null
+}
+
+# wait_for DESCRIPTION SECS SQL: poll SQL (one boolean) until true; errors count as false.
+wait_for() {
+    local what="$1" secs="$2" sql="$3" deadline=$((SECONDS + $2))
+    until [[ "$(q_quiet "$sql" || true)" == t ]]; do
+        ((SECONDS < deadline)) || fail "timed out after ${secs}s waiting for: $what"
+        sleep 0.05
+    done
+}
+
+now_s() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
+
+# set_config NAME VALUE: ALTER SYSTEM SET + reload. Waits until a new session sees the value:
+# the postmaster has then re-read the file and signalled every process, the executors included
+# (they re-read it before their next poll).
+set_config() {
+    q "ALTER SYSTEM SET $1 = '$2'" >/dev/null
+    q "SELECT pg_reload_conf()" >/dev/null
+    CHANGED_SETTINGS+=("$1")
+    wait_for "$1 = $2 to be in effect" 10 \
+        "SELECT (SELECT setting FROM pg_settings WHERE name = '$1') = '$2'"
+}
+reset_config() {
+    local name
+    for name in "${CHANGED_SETTINGS[@]}"; do
+        q "ALTER SYSTEM RESET $name" >/dev/null
+    done
+    q "SELECT pg_reload_conf()" >/dev/null
+    CHANGED_SETTINGS=()
+}
+
+start_server() {
+    vq_pg_ctl -l "$VQ_CLUSTER_DIR/server.log" -w -t 60 start >/dev/null || fail "pg_ctl start failed"
+}
+# stop_fast: pg_ctl stop -m fast; STOP_SECS is how long it took.
+STOP_SECS=""
+stop_fast() {
+    local t0
+    t0="$(now_s)"
+    vq_pg_ctl -m fast -w -t 60 stop >/dev/null || fail "pg_ctl stop -m fast failed"
+    STOP_SECS="$(elapsed "$t0" "$(now_s)")"
+}
+
+cleanup() {
+    set +e
+    pg_isready -q || start_server
+    ((${#CHANGED_SETTINGS[@]} == 0)) || reset_config
+}
+trap cleanup EXIT
+
+# transitions EXECUTION_ID: "KIND/attempt KIND/attempt ..." in order.
+transitions() {
+    q "SELECT string_agg(kind || '/' || attempt_number, ' ' ORDER BY id) FROM vq.job_transition
+        WHERE execution_id = '$1'"
+}
+
+# ---------------------------------------------------------------------------
+log "setup: queue sd, effect and flag tables"
+q "SELECT vq_create_queue('sd', sleep_delay_ms => 100, max_concurrent_jobs => 10)" >/dev/null
+q "CREATE TABLE sd_effect (execution_id uuid PRIMARY KEY, attempt_number integer NOT NULL,
+                           at timestamptz NOT NULL DEFAULT clock_timestamp())" >/dev/null
+q "CREATE TABLE sd_flag (slow boolean NOT NULL)" >/dev/null
+q "INSERT INTO sd_flag VALUES (true)" >/dev/null
+
+# ---------------------------------------------------------------------------
+log "(a) pg_ctl stop -m fast while a 2 s handler runs"
+q "CREATE FUNCTION sd_two(p jsonb, ctx vq.job_context) RETURNS void LANGUAGE plpgsql AS \$\$
+   BEGIN
+       PERFORM vq_log('INFO', 'two: started', jsonb_build_object('attempt', ctx.attempt_number));
+       PERFORM pg_sleep(2);
+       INSERT INTO public.sd_effect (execution_id, attempt_number) VALUES (ctx.execution_id, ctx.attempt_number);
+       PERFORM vq_log('INFO', 'two: finished');
+   END \$\$" >/dev/null
+q "SELECT vq_register_handler('two', 'sd_two(jsonb, vq.job_context)', queue => 'sd')" >/dev/null
+a_id="$(q "SELECT vq_enqueue('two', '{}')")"
+wait_for "(a) job $a_id RUNNING in pg_sleep" 15 \
+    "SELECT EXISTS (SELECT 1 FROM vq.job j JOIN pg_stat_activity a ON a.pid = j.worker_pid
+                     WHERE j.execution_id = '$a_id' AND j.state = 'RUNNING' AND a.wait_event = 'PgSleep')"
+stop_fast
+log "(a) server stopped in ${STOP_SECS} s (vq.shutdown_grace_ms = 5000)"
+start_server
+awk -v s="$STOP_SECS" 'BEGIN { exit !(s <= 8) }' ||
+    fail_later "(a) pg_ctl stop -m fast took ${STOP_SECS} s, expected <= 8 s (grace 5 s + margin)"
+
+wait_for "(a) job $a_id to end" 20 \
+    "SELECT state NOT IN ('ENQUEUED', 'RUNNING') FROM vq.job WHERE execution_id = '$a_id'"
+tr_a="$(transitions "$a_id")"
+log "(a) job $a_id: $(q "SELECT state FROM vq.job WHERE execution_id = '$a_id'"), transitions: $tr_a"
+[[ "$(q "SELECT state FROM vq.job WHERE execution_id = '$a_id'")" == COMPLETED ]] ||
+    fail "(a) expected job $a_id COMPLETED, found $(q "SELECT state || ' / ' || coalesce(last_error, '') FROM vq.job WHERE execution_id = '$a_id'")"
+[[ "$(q "SELECT count(*) FROM vq.job_transition WHERE execution_id = '$a_id' AND kind = 'COMPLETED'")" == 1 ]] ||
+    fail "(a) expected exactly one COMPLETED transition for $a_id, found: $tr_a"
+[[ "$(q "SELECT count(*) FROM sd_effect WHERE execution_id = '$a_id'")" == 1 ]] ||
+    fail "(a) expected exactly one effect row for $a_id"
+# 2 s is within the 5 s grace: the executor must let it finish rather than abandon it.
+[[ "$tr_a" == "CLAIMED/0 COMPLETED/0" ]] ||
+    fail_later "(a) a 2 s handler within the 5 s shutdown grace should finish during the shutdown (CLAIMED/0 COMPLETED/0), found: $tr_a"
+a_attempt="$(q "SELECT attempt_number FROM vq.job WHERE execution_id = '$a_id'")"
+logs_a="$(q "SELECT string_agg(message, ', ' ORDER BY id) FROM vq.job_log
+              WHERE execution_id = '$a_id' AND attempt_number = $a_attempt")"
+log "(a) vq_log lines of the completed attempt: $logs_a"
+[[ "$logs_a" == "two: started, two: finished" ]] ||
+    fail "(a) expected the log lines 'two: started, two: finished' of attempt $a_attempt, found: '$logs_a'"
+n="$(q "SELECT count(*) FROM vq.job WHERE state = 'RUNNING'")"
+((n == 0)) || fail "(a) $n job(s) left RUNNING"
+
+# ---------------------------------------------------------------------------
+log "(b) pg_terminate_backend on an executor running a 0.5 s job"
+q "CREATE FUNCTION sd_half(p jsonb, ctx vq.job_context) RETURNS void LANGUAGE plpgsql AS \$\$
+   BEGIN
+       PERFORM pg_sleep(0.5);
+       INSERT INTO public.sd_effect (execution_id, attempt_number) VALUES (ctx.execution_id, ctx.attempt_number);
+   END \$\$" >/dev/null
+q "SELECT vq_register_handler('half', 'sd_half(jsonb, vq.job_context)', queue => 'sd')" >/dev/null
+wait_for "(b) the executors to be up" 15 \
+    "SELECT count(*) >= 1 FROM pg_stat_activity WHERE backend_type = 'vq_job executor' AND datname = current_database()"
+q "SELECT cardinality(vq_enqueue_many('half', array_agg(jsonb_build_object('i', i)))) FROM generate_series(1, 8) i" >/dev/null
+wait_for "(b) a 'half' job RUNNING in pg_sleep" 15 \
+    "SELECT EXISTS (SELECT 1 FROM vq.job j JOIN pg_stat_activity a ON a.pid = j.worker_pid
+                     WHERE j.handler = 'half' AND j.state = 'RUNNING' AND a.wait_event = 'PgSleep')"
+IFS='|' read -r b_id b_pid b_app < <(q "SELECT j.execution_id, j.worker_pid, a.application_name
+                                         FROM vq.job j JOIN pg_stat_activity a ON a.pid = j.worker_pid
+                                        WHERE j.handler = 'half' AND j.state = 'RUNNING' LIMIT 1")
+t_term="$(now_s)"
+[[ "$(q "SELECT pg_terminate_backend($b_pid)")" == t ]] || fail "(b) pg_terminate_backend($b_pid) returned false"
+log "(b) terminated $b_app (pid $b_pid) while it ran job $b_id"
+wait_for "(b) executor $b_pid to exit" 10 "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $b_pid)"
+t_exit="$(now_s)"
+wait_for "(b) a new '$b_app' process" 10 \
+    "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE backend_type = 'vq_job executor'
+                     AND datname = current_database() AND application_name = '$b_app' AND pid <> $b_pid)"
+t_new="$(now_s)"
+b_new_pid="$(q "SELECT pid FROM pg_stat_activity WHERE backend_type = 'vq_job executor'
+                 AND datname = current_database() AND application_name = '$b_app' AND pid <> $b_pid")"
+log "(b) $b_pid exited $(elapsed "$t_term" "$t_exit") s after the SIGTERM; new pid $b_new_pid appeared $(elapsed "$t_exit" "$t_new") s after its exit"
+awk -v s="$(elapsed "$t_exit" "$t_new")" 'BEGIN { exit !(s <= 3) }' ||
+    fail_later "(b) the launcher restarted $b_app $(elapsed "$t_exit" "$t_new") s after it exited, expected <= 3 s"
+tr_b="$(transitions "$b_id")"
+[[ "$tr_b" == "CLAIMED/0 COMPLETED/0" ]] ||
+    fail "(b) the terminated executor should have finished its current job $b_id (CLAIMED/0 COMPLETED/0), found: $tr_b"
+c_at_ok="$(q "SELECT at <= to_timestamp($t_exit) FROM vq.job_transition WHERE execution_id = '$b_id' AND kind = 'COMPLETED'")"
+[[ "$c_at_ok" == t ]] || fail "(b) job $b_id completed after its executor had exited (not by that executor)"
+wait_for "(b) all 'half' jobs to end" 20 \
+    "SELECT NOT EXISTS (SELECT 1 FROM vq.job WHERE handler = 'half' AND state IN ('ENQUEUED', 'RUNNING'))"
+states="$(q "SELECT string_agg(state || '=' || n, ', ' ORDER BY state)
+               FROM (SELECT state::text, count(*) n FROM vq.job WHERE handler = 'half' GROUP BY 1) s")"
+[[ "$states" == "COMPLETED=8" ]] || fail "(b) expected COMPLETED=8, found: $states"
+n="$(q "SELECT count(*) FROM vq.job j JOIN sd_effect e USING (execution_id) WHERE j.handler = 'half'")"
+((n == 8)) || fail "(b) expected 8 effect rows, found $n"
+n="$(q "SELECT count(*) FROM vq.job_transition t JOIN vq.job j USING (execution_id)
+         WHERE j.handler = 'half' AND t.kind <> 'CLAIMED' AND t.kind <> 'COMPLETED'")"
+((n == 0)) || fail "(b) expected only CLAIMED and COMPLETED transitions, found $n other(s)"
+n="$(q "SELECT count(*) FROM vq.job_transition t JOIN vq.job j USING (execution_id)
+         WHERE j.handler = 'half' AND t.kind = 'COMPLETED'")"
+((n == 8)) || fail "(b) expected 8 COMPLETED transitions, found $n"
+
+# ---------------------------------------------------------------------------
+log "(c) a 30 s handler with vq.shutdown_grace_ms = 1000"
+set_config vq.shutdown_grace_ms 1000
+q "CREATE FUNCTION sd_long(p jsonb, ctx vq.job_context) RETURNS void LANGUAGE plpgsql AS \$\$
+   BEGIN
+       PERFORM vq_log('INFO', 'long: attempt ' || ctx.attempt_number);
+       IF (SELECT slow FROM public.sd_flag) THEN
+           PERFORM pg_sleep(30);
+       END IF;
+       INSERT INTO public.sd_effect (execution_id, attempt_number) VALUES (ctx.execution_id, ctx.attempt_number);
+   END \$\$" >/dev/null
+q "SELECT vq_register_handler('long', 'sd_long(jsonb, vq.job_context)', queue => 'sd')" >/dev/null
+c_id="$(q "SELECT vq_enqueue('long', '{}')")"
+wait_for "(c) job $c_id RUNNING in pg_sleep" 15 \
+    "SELECT EXISTS (SELECT 1 FROM vq.job j JOIN pg_stat_activity a ON a.pid = j.worker_pid
+                     WHERE j.execution_id = '$c_id' AND j.state = 'RUNNING' AND a.wait_event = 'PgSleep')"
+c_pid="$(q "SELECT worker_pid FROM vq.job WHERE execution_id = '$c_id'")"
+q "UPDATE sd_flag SET slow = false" >/dev/null   # the first attempt has read it already
+stop_fast
+log "(c) server stopped in ${STOP_SECS} s (vq.shutdown_grace_ms = 1000)"
+start_server
+awk -v s="$STOP_SECS" 'BEGIN { exit !(s <= 5) }' ||
+    fail_later "(c) pg_ctl stop -m fast took ${STOP_SECS} s with a 1 s grace, expected <= 5 s"
+
+wait_for "(c) job $c_id to end" 20 \
+    "SELECT state NOT IN ('ENQUEUED', 'RUNNING') FROM vq.job WHERE execution_id = '$c_id'"
+tr_c="$(transitions "$c_id")"
+log "(c) job $c_id: $(q "SELECT state FROM vq.job WHERE execution_id = '$c_id'"), transitions: $tr_c"
+[[ "$tr_c" == "CLAIMED/0 ABANDONED/0 CLAIMED/1 COMPLETED/1" ]] ||
+    fail "(c) expected CLAIMED/0 ABANDONED/0 CLAIMED/1 COMPLETED/1, found: $tr_c"
+[[ "$(q "SELECT state FROM vq.job WHERE execution_id = '$c_id'")" == COMPLETED ]] ||
+    fail "(c) expected job $c_id COMPLETED"
+err="$(q "SELECT from_state || ' -> ' || to_state || ': ' || coalesce(error, '<null>') FROM vq.job_transition
+           WHERE execution_id = '$c_id' AND kind = 'ABANDONED'")"
+log "(c) ABANDONED: $err"
+[[ "$err" == "RUNNING -> ENQUEUED: "*"shutting down"*"vq.shutdown_grace_ms"* ]] ||
+    fail "(c) the ABANDONED transition should go RUNNING -> ENQUEUED with an error saying the executor was shutting down past vq.shutdown_grace_ms, found: $err"
+e="$(q "SELECT string_agg(attempt_number::text, ',') FROM sd_effect WHERE execution_id = '$c_id'")"
+[[ "$e" == 1 ]] || fail "(c) expected one effect row, from attempt 1, found attempts: '$e'"
+logs_c="$(q "SELECT string_agg(attempt_number || ':' || message, ', ' ORDER BY id) FROM vq.job_log
+              WHERE execution_id = '$c_id'")"
+log "(c) vq_log lines: $logs_c"
+[[ "$logs_c" == *"1:long: attempt 1"* ]] || fail "(c) the completed attempt's log line is missing: '$logs_c'"
+[[ "$logs_c" == "0:long: attempt 0, 1:long: attempt 1" ]] ||
+    fail_later "(c) the log line the first attempt wrote before the shutdown should be kept (logs are flushed on every ending path, stop included), found: '$logs_c'"
+n="$(q "SELECT count(*) FROM vq.job WHERE state = 'RUNNING'")"
+((n == 0)) || fail "(c) $n job(s) left RUNNING"
+reset_config
+
+if ((${#DEFERRED_FAILURES[@]} > 0)); then
+    printf 'FAIL (summary): %s\n' "${DEFERRED_FAILURES[@]}" >&2
+    exit 1
+fi
+log "PASS: worker shutdown"
