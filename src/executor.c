@@ -525,8 +525,14 @@ PollCycle(void)
 		List	   *jobs;
 		int			room;
 
-		if (queue == NULL || queue->paused || poll->next_poll > now)
+		if (queue == NULL || poll->next_poll > now)
 			continue;
+		if (queue->paused)
+		{
+			/* a paused queue costs a look per sleep_delay_ms, like an idle one */
+			poll->next_poll = TimestampTzPlusMilliseconds(now, queue->sleep_delay_ms);
+			continue;
+		}
 		room = ReserveCapacity(queue->name, queue->instances * queue->max_concurrent_jobs, vq_batch_size);
 		if (room == 0)
 		{
