@@ -153,7 +153,33 @@ CREATE TABLE vq.outbox (
     updated_at        timestamptz NOT NULL DEFAULT pg_catalog.now(),
     published_at      timestamptz
 );
-CREATE INDEX outbox_pending_idx ON vq.outbox (destination_type, destination, next_attempt_at) WHERE status = 'PENDING';
+-- The relay's claim path (pending rows in publication order) and retention of published rows.
+CREATE INDEX outbox_pending_idx ON vq.outbox (id) WHERE status = 'PENDING';
+CREATE INDEX outbox_published_idx ON vq.outbox (published_at) WHERE status = 'PUBLISHED';
+
+-- Roles allowed to consume (pull, read and reply to) the jobs of a NOTIFY handler, besides
+-- members of each job's enqueuing role.
+CREATE TABLE vq.consumer_grant (
+    handler     text NOT NULL,
+    grantee     regrole NOT NULL,
+    granted_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    PRIMARY KEY (handler, grantee)
+);
+
+-- What a destination function returns to the outbox relay.
+CREATE TYPE vq.publish_status AS ENUM ('SUCCESS', 'RETRYABLE', 'PERMANENT', 'UNRESOLVABLE');
+CREATE TYPE vq.publish_result AS (status vq.publish_status, message text);
+
+-- User-registered outbox destination types, each delivered by a SQL function
+-- fn(destination text, payload jsonb, headers jsonb, metadata jsonb) RETURNS vq.publish_result,
+-- run as the role that published the row.
+CREATE TABLE vq.destination (
+    type           text PRIMARY KEY
+                   CONSTRAINT destination_type_format CHECK (type OPERATOR(pg_catalog.~) '^[a-zA-Z0-9._-]{1,128}$'
+                                                         AND type NOT IN ('DELAYED_JOB', 'NOTIFY')),
+    fn             regprocedure NOT NULL,
+    registered_at  timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
 
 -- User data in these tables survives pg_dump / restore (the default queue comes from the script).
 SELECT pg_catalog.pg_extension_config_dump('vq.queue', $$WHERE name <> 'default'$$);
@@ -163,6 +189,8 @@ SELECT pg_catalog.pg_extension_config_dump('vq.job', '');
 SELECT pg_catalog.pg_extension_config_dump('vq.job_transition', '');
 SELECT pg_catalog.pg_extension_config_dump('vq.job_log', '');
 SELECT pg_catalog.pg_extension_config_dump('vq.outbox', '');
+SELECT pg_catalog.pg_extension_config_dump('vq.consumer_grant', '');
+SELECT pg_catalog.pg_extension_config_dump('vq.destination', '');
 
 ------------------------------------------------------------------------------
 -- Privileges: nobody but the owner writes these tables directly. Configuration is
@@ -170,7 +198,7 @@ SELECT pg_catalog.pg_extension_config_dump('vq.outbox', '');
 -- roles it is a member of (row-level security; the owner and superusers see all).
 ------------------------------------------------------------------------------
 REVOKE ALL ON ALL TABLES IN SCHEMA vq FROM PUBLIC;
-GRANT SELECT ON vq.queue, vq.handler, vq.contract_override TO PUBLIC;
+GRANT SELECT ON vq.queue, vq.handler, vq.contract_override, vq.consumer_grant, vq.destination TO PUBLIC;
 GRANT SELECT ON vq.job, vq.job_transition, vq.job_log, vq.outbox TO PUBLIC;
 
 ALTER TABLE vq.job ENABLE ROW LEVEL SECURITY;
@@ -202,6 +230,8 @@ REVOKE ALL ON FUNCTION vq.registry_changed() FROM PUBLIC;
 CREATE TRIGGER queue_registry_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON vq.queue
     FOR EACH STATEMENT EXECUTE FUNCTION vq.registry_changed();
 CREATE TRIGGER handler_registry_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON vq.handler
+    FOR EACH STATEMENT EXECUTE FUNCTION vq.registry_changed();
+CREATE TRIGGER destination_registry_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON vq.destination
     FOR EACH STATEMENT EXECUTE FUNCTION vq.registry_changed();
 CREATE TRIGGER contract_override_registry_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON vq.contract_override
     FOR EACH STATEMENT EXECUTE FUNCTION vq.registry_changed();
@@ -876,6 +906,113 @@ REVOKE ALL ON FUNCTION vq.queue_violations(text, bigint, bigint, text, bigint, b
                        vq_register_notify_handler(text, text, text, integer, integer),
                        vq_register_handlers(jsonb),
                        vq_unregister_handler(text)
+       FROM PUBLIC;
+
+------------------------------------------------------------------------------
+-- External consumers of NOTIFY handlers (C). A consumer may act on a job when it is a
+-- member of the job's enqueuing role or of a role granted with vq_grant_consumer().
+------------------------------------------------------------------------------
+CREATE FUNCTION vq_complete(execution_id uuid, attempt integer DEFAULT NULL) RETURNS boolean
+    LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'vq_complete';
+COMMENT ON FUNCTION vq_complete(uuid, integer)
+    IS 'reply for a NOTIFY job: done; false (with a WARNING saying why) when the reply is ignored';
+CREATE FUNCTION vq_fail(execution_id uuid, error text, attempt integer DEFAULT NULL) RETURNS boolean
+    LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'vq_fail';
+COMMENT ON FUNCTION vq_fail(uuid, text, integer)
+    IS 'reply for a NOTIFY job: failed (retry, backoff, dead letter as for function handlers)';
+CREATE FUNCTION vq_pull(handler text, max_jobs integer DEFAULT 1)
+RETURNS TABLE (execution_id uuid, job_id text, handler text, attempt integer, payload jsonb,
+               metadata jsonb, scheduled_at timestamptz)
+    LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'vq_pull';
+COMMENT ON FUNCTION vq_pull(text, integer)
+    IS 'claim due jobs of a NOTIFY handler for this consumer (catch-up after downtime)';
+CREATE FUNCTION vq_job_payload(execution_id uuid) RETURNS jsonb
+    LANGUAGE c STABLE STRICT PARALLEL RESTRICTED AS 'MODULE_PATHNAME', 'vq_job_payload';
+
+-- Let a role consume the jobs of a NOTIFY handler whoever enqueued them.
+CREATE FUNCTION vq_grant_consumer(handler text, grantee regrole) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM vq.handler h WHERE h.name OPERATOR(pg_catalog.=) vq_grant_consumer.handler
+                                               AND h.kind OPERATOR(pg_catalog.=) 'notify') THEN
+        RAISE EXCEPTION USING ERRCODE = 'VQ002', MESSAGE = format('"%s" is not a registered NOTIFY handler', handler);
+    END IF;
+    INSERT INTO vq.consumer_grant (handler, grantee) VALUES (handler, grantee) ON CONFLICT DO NOTHING;
+END
+$$;
+
+CREATE FUNCTION vq_revoke_consumer(handler text, grantee regrole) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    DELETE FROM vq.consumer_grant g
+     WHERE g.handler OPERATOR(pg_catalog.=) vq_revoke_consumer.handler
+       AND g.grantee OPERATOR(pg_catalog.=) vq_revoke_consumer.grantee;
+    RETURN FOUND;
+END
+$$;
+
+------------------------------------------------------------------------------
+-- Transactional outbox (C). Rows join the caller's transaction; the relay in the
+-- background workers delivers them after commit.
+------------------------------------------------------------------------------
+CREATE FUNCTION vq_outbox_publish(target text, payload jsonb, scheduled_at timestamptz DEFAULT NULL,
+                                  headers jsonb DEFAULT '{}')
+RETURNS bigint
+    LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'vq_outbox_publish';
+COMMENT ON FUNCTION vq_outbox_publish(text, jsonb, timestamptz, jsonb)
+    IS 'record a delayed job to enqueue after commit; snapshots its effective settings now; returns the outbox id';
+CREATE FUNCTION vq_outbox_publish_to(destination_type text, destination text, payload jsonb,
+                                     scheduled_at timestamptz DEFAULT NULL, headers jsonb DEFAULT '{}')
+RETURNS bigint
+    LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'vq_outbox_publish_to';
+COMMENT ON FUNCTION vq_outbox_publish_to(text, text, jsonb, timestamptz, jsonb)
+    IS 'record a message for a NOTIFY channel or a registered destination type; returns the outbox id';
+
+-- Register a destination type delivered by fn(destination text, payload jsonb, headers jsonb,
+-- metadata jsonb) RETURNS vq.publish_result.
+CREATE FUNCTION vq_register_destination(type text, fn regprocedure) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p record;
+BEGIN
+    IF type IS NULL OR type !~ '^[a-zA-Z0-9._-]{1,128}$' OR type IN ('DELAYED_JOB', 'NOTIFY') THEN
+        RAISE EXCEPTION USING ERRCODE = 'VQ105',
+            MESSAGE = format('destination type %s: must match ^[a-zA-Z0-9._-]{1,128}$ and not be DELAYED_JOB or NOTIFY',
+                             coalesce('"' || type || '"', 'NULL'));
+    END IF;
+    SELECT pr.prokind, pr.proretset, pr.pronargs, pr.proargtypes::oid[] AS args, pr.prorettype INTO p
+      FROM pg_catalog.pg_proc pr WHERE pr.oid OPERATOR(pg_catalog.=) fn::oid;
+    IF NOT coalesce(p.prokind = 'f' AND NOT p.proretset AND p.pronargs = 4
+                    AND p.prorettype = 'vq.publish_result'::regtype
+                    AND p.args[0] = 'pg_catalog.text'::regtype AND p.args[1] = 'pg_catalog.jsonb'::regtype
+                    AND p.args[2] = 'pg_catalog.jsonb'::regtype AND p.args[3] = 'pg_catalog.jsonb'::regtype,
+                    false) THEN
+        RAISE EXCEPTION USING ERRCODE = 'VQ105',
+            MESSAGE = format('destination type "%s": function %s must be (text, jsonb, jsonb, jsonb) RETURNS vq.publish_result', type, fn);
+    END IF;
+    INSERT INTO vq.destination (type, fn) VALUES (type, fn)
+    ON CONFLICT ON CONSTRAINT destination_pkey DO UPDATE SET fn = excluded.fn, registered_at = now();
+END
+$$;
+
+CREATE FUNCTION vq_unregister_destination(type text) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    DELETE FROM vq.destination d WHERE d.type OPERATOR(pg_catalog.=) vq_unregister_destination.type;
+    RETURN FOUND;
+END
+$$;
+
+REVOKE ALL ON FUNCTION vq_grant_consumer(text, regrole), vq_revoke_consumer(text, regrole),
+                       vq_register_destination(text, regprocedure), vq_unregister_destination(text)
        FROM PUBLIC;
 
 ------------------------------------------------------------------------------

@@ -33,6 +33,7 @@
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/hsearch.h"
+#include "utils/inval.h"
 #include "utils/json.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -271,8 +272,16 @@ VqRunFunctionHandler(VqJob *job, VqOutcome *outcome)
 	MemoryContextSwitchTo(caller_context);
 	PG_TRY();
 	{
-		HandlerFunction *hf = ResolveFunction(job->address);
+		HandlerFunction *hf;
 		int			nestlevel;
+
+		/*
+		 * The claim may have taken no new lock, so catalog changes committed
+		 * since this transaction began (a REVOKE, a replaced function) may not
+		 * have been read yet: read them before checking and calling.
+		 */
+		AcceptInvalidationMessages();
+		hf = ResolveFunction(job->address);
 
 		CheckRunPrivileges(job, hf);
 		SetUserIdAndSecContext(job->enqueued_by,

@@ -33,6 +33,7 @@
 
 #include "compat.h"
 #include "context.h"
+#include "enqueue.h"
 #include "registry.h"
 #include "shmem.h"
 #include "vq_job.h"
@@ -145,9 +146,9 @@ EnqueueXactCallback(XactEvent event, void *arg)
 	}
 }
 
-/* Remember that this transaction enqueued a job due at scheduled_at. */
-static void
-NoteEnqueued(TimestampTz scheduled_at)
+/* Remember that this transaction made a job due at scheduled_at: wake the workers at commit. */
+void
+VqNoteJobDue(TimestampTz scheduled_at)
 {
 	if (!xact_callback_registered)
 	{
@@ -234,7 +235,6 @@ ResolveSpec(FunctionCallInfo fcinfo, JobSpec *spec)
 	char	   *handler_name;
 	char	   *queue_name;
 	Jsonb	   *metadata = NULL;
-	AclResult	aclresult;
 
 	if (PG_ARGISNULL(ARG_HANDLER))
 		ereport(ERROR,
@@ -286,28 +286,35 @@ ResolveSpec(FunctionCallInfo fcinfo, JobSpec *spec)
 	spec->max_attempts = PG_ARGISNULL(ARG_MAX_ATTEMPTS) ? spec->handler->max_attempts
 		: PG_GETARG_INT32(ARG_MAX_ATTEMPTS);
 
-	/* The enqueuing role must be allowed to run the handler function: it will run as that role. */
 	spec->enqueued_by = GetUserId();
-	if (spec->handler->is_function)
-	{
-		if (!SearchSysCacheExists1(PROCOID, ObjectIdGetDatum(spec->handler->fn)))
-			ereport(ERROR,
-					(errcode(ERRCODE_UNDEFINED_FUNCTION),
-					 errmsg("handler \"%s\" refers to function %s, which no longer exists",
-							handler_name, spec->handler->address),
-					 errhint("Register the handler again with vq_unregister_handler() and vq_register_handler().")));
-		aclresult = vq_proc_aclcheck(spec->handler->fn, spec->enqueued_by, ACL_EXECUTE);
-		if (aclresult != ACLCHECK_OK)
-			ereport(ERROR,
-					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-					 errmsg("permission denied to enqueue a job for handler \"%s\"", handler_name),
-					 errdetail("Enqueuing requires EXECUTE on the handler function %s, which runs as the enqueuing role.",
-							   spec->handler->address)));
-	}
+	VqCheckEnqueuePrivilege(spec->handler, spec->enqueued_by);
 
 	spec->metadata = VqMergeBoundContext(metadata);
 	spec->now = GetCurrentTransactionStartTimestamp();
 	spec->scheduled_at = spec->now;
+}
+
+/*
+ * The enqueuing role must be allowed to run the handler function: it will run
+ * as that role. (NOTIFY handlers have no function to check.)
+ */
+void
+VqCheckEnqueuePrivilege(VqHandler *handler, Oid role)
+{
+	if (!handler->is_function)
+		return;
+	if (!SearchSysCacheExists1(PROCOID, ObjectIdGetDatum(handler->fn)))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_FUNCTION),
+				 errmsg("handler \"%s\" refers to function %s, which no longer exists",
+						handler->name, handler->address),
+				 errhint("Register the handler again with vq_unregister_handler() and vq_register_handler().")));
+	if (vq_proc_aclcheck(handler->fn, role, ACL_EXECUTE) != ACLCHECK_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to enqueue a job for handler \"%s\"", handler->name),
+				 errdetail("Enqueuing requires EXECUTE on the handler function %s, which runs as the enqueuing role.",
+						   handler->address)));
 }
 
 /* Bind the parameters shared by every insert plan ($4..$12). */
@@ -418,7 +425,7 @@ InsertOne(const JobSpec *spec, Datum payload, bool payload_null, text *job_id)
 	SPI_finish();
 	VqRestoreUser(&saved);
 	error_context_stack = errcb.previous;
-	NoteEnqueued(spec->scheduled_at);
+	VqNoteJobDue(spec->scheduled_at);
 	return result;
 }
 
@@ -618,7 +625,50 @@ vq_enqueue_many(PG_FUNCTION_ARGS)
 	SPI_finish();
 	VqRestoreUser(&saved);
 	error_context_stack = errcb.previous;
-	NoteEnqueued(spec.scheduled_at);
+	VqNoteJobDue(spec.scheduled_at);
 
 	PG_RETURN_ARRAYTYPE_P(construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
+}
+
+/*
+ * Enqueue one job whose settings are already resolved (the outbox relay: its
+ * snapshot is never re-resolved), as enqueued_by, with metadata stored as
+ * given. Validates like vq_enqueue: an invalid job raises a VQ0xx / 42501 /
+ * 42883 error. Returns the execution_id.
+ */
+Datum
+VqEnqueueResolved(const char *handler_name, const char *queue_name, int32 priority, int32 max_attempts,
+				  TimestampTz scheduled_at, Datum payload, bool payload_null, Jsonb *metadata, Oid enqueued_by)
+{
+	JobSpec		spec;
+
+	if (!vq_valid_name(handler_name, strlen(handler_name)))
+		ereport(ERROR,
+				(errcode(ERRCODE_VQ_INVALID_HANDLER_NAME),
+				 errmsg("invalid handler name \"%s\"", handler_name)));
+	if (max_attempts < 1 || max_attempts > VQ_MAX_ATTEMPTS_LIMIT)
+		ereport(ERROR,
+				(errcode(ERRCODE_VQ_INVALID_MAX_ATTEMPTS),
+				 errmsg("max_attempts must be between 1 and %d, got %d", VQ_MAX_ATTEMPTS_LIMIT, max_attempts)));
+	if (metadata != NULL && !JB_ROOT_IS_OBJECT(metadata))
+		ereport(ERROR,
+				(errcode(ERRCODE_VQ_INVALID_METADATA),
+				 errmsg("metadata must be a JSON object")));
+	spec.registry = VqRegistryGet();
+	spec.handler = VqLookupHandler(spec.registry, handler_name);
+	if (spec.handler == NULL)
+		VqReportUnregisteredHandler(spec.registry, handler_name);
+	spec.queue = VqLookupQueue(spec.registry, queue_name);
+	if (spec.queue == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_VQ_UNKNOWN_QUEUE),
+				 errmsg("queue \"%s\" does not exist", queue_name)));
+	spec.priority = priority;
+	spec.max_attempts = max_attempts;
+	spec.enqueued_by = enqueued_by;
+	VqCheckEnqueuePrivilege(spec.handler, enqueued_by);
+	spec.metadata = metadata ? metadata : VqMergeBoundContext(NULL);
+	spec.now = GetCurrentTransactionStartTimestamp();
+	spec.scheduled_at = scheduled_at;
+	return InsertOne(&spec, payload, payload_null, NULL);
 }

@@ -97,6 +97,11 @@ static MemoryContext cycle_context = NULL;
 static TimestampTz last_rescue = 0;
 static TimestampTz last_retention = 0;
 static TimestampTz last_progress_flush = 0;
+
+/* The outbox relay's polling schedule: like a queue's, base 1 s, doubling to 4 s while idle. */
+#define RELAY_POLL_BASE_MS 1000
+static TimestampTz relay_next_poll = 0;
+static int	relay_delay_ms = RELAY_POLL_BASE_MS;
 static uint64 last_wake_count = 0;
 static int	queue_rotation = 0;
 
@@ -255,6 +260,7 @@ PollAllNow(TimestampTz now)
 	HASH_SEQ_STATUS seq;
 	QueuePoll  *p;
 
+	relay_next_poll = now;
 	if (queue_polls == NULL)
 		return;
 	hash_seq_init(&seq, queue_polls);
@@ -511,6 +517,20 @@ PollCycle(void)
 	registry = VqRegistryGet();
 	SyncQueuePolls(registry, now);
 
+	/* The outbox relay: when it delivered rows, commit them before claiming jobs. */
+	if (relay_next_poll <= now)
+	{
+		if (VqRelayBatch(registry, vq_batch_size, now) > 0)
+		{
+			relay_delay_ms = RELAY_POLL_BASE_MS;
+			relay_next_poll = now;
+			FinishTransaction();
+			return true;
+		}
+		relay_next_poll = TimestampTzPlusMilliseconds(now, relay_delay_ms);
+		relay_delay_ms = Min(relay_delay_ms * 2, 4 * RELAY_POLL_BASE_MS);
+	}
+
 	/* Visit the queues in a rotating order so that one busy queue cannot starve the others. */
 	nqueues = hash_get_num_entries(queue_polls);
 	order = MemoryContextAlloc(cycle_context, sizeof(QueuePoll *) * Max(nqueues, 1));
@@ -533,7 +553,10 @@ PollCycle(void)
 			poll->next_poll = TimestampTzPlusMilliseconds(now, queue->sleep_delay_ms);
 			continue;
 		}
-		room = ReserveCapacity(queue->name, queue->instances * queue->max_concurrent_jobs, vq_batch_size);
+		room = ReserveCapacity(queue->name,
+							   queue->instances * queue->max_concurrent_jobs -
+							   (registry->has_notify_handlers ? VqExternalInFlight(queue) : 0),
+							   vq_batch_size);
 		if (room == 0)
 		{
 			/* at capacity: whoever frees room wakes us; until then, poll as usual */
@@ -578,6 +601,7 @@ SleepMs(void)
 	while ((p = hash_seq_search(&seq)) != NULL)
 		wake = Min(wake, p->next_poll);
 	wake = Min(wake, next_due);
+	wake = Min(wake, relay_next_poll);
 	wake = Min(wake, TimestampTzPlusMilliseconds(last_rescue, RESCUE_INTERVAL_MS));
 	if (vq_progress_flush_interval_ms > 0)
 		wake = Min(wake, TimestampTzPlusMilliseconds(last_progress_flush, vq_progress_flush_interval_ms));

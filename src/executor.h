@@ -72,6 +72,10 @@ extern void VqPersistRunning(VqJob *job, bool external, TimestampTz now);
 extern int	VqRescueOrphans(TimestampTz now);
 extern TimestampTz VqEarliestFutureDue(TimestampTz now);
 extern void VqFlushProgress(void);
+extern int	VqExternalInFlight(VqQueue *queue);
+
+/* relay.c */
+extern int	VqRelayBatch(VqRegistry *registry, int limit, TimestampTz now);
 
 /* retention.c */
 extern void VqRunRetention(void);

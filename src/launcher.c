@@ -75,10 +75,14 @@ typedef struct LauncherDatabase
 } LauncherDatabase;
 
 static HTAB *launcher_databases = NULL;
+
+static void ResumeDatabaseExecutors(Oid dboid);
 static ProcessUtility_hook_type prev_process_utility = NULL;
 static bool wake_launcher_at_commit = false;
 static bool wake_executors_at_commit = false;
 static bool xact_callback_registered = false;
+static Oid	resume_at_commit = InvalidOid;	/* database whose executors may start again */
+static bool wake_launcher_at_end = false;
 
 /* Is this database in vq.databases (or is that list empty)? */
 bool
@@ -368,6 +372,16 @@ LauncherWakeupXactCallback(XactEvent event, void *arg)
 {
 	if (wake_executors_at_commit && event == XACT_EVENT_COMMIT)
 		VqWakeDatabase(MyDatabaseId, true, 0);
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT)
+	{
+		/* a database statement is over: its database may be served again (or a new one served) */
+		if (OidIsValid(resume_at_commit))
+			ResumeDatabaseExecutors(resume_at_commit);
+		if (wake_launcher_at_end)
+			VqWakeLauncher();
+		resume_at_commit = InvalidOid;
+		wake_launcher_at_end = false;
+	}
 	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT || event == XACT_EVENT_PREPARE)
 		wake_executors_at_commit = false;
 	if (!wake_launcher_at_commit)
@@ -541,11 +555,18 @@ VqProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 	}
 	PG_FINALLY();
 	{
-		/* the statement is over (done or failed): the database may be served again at once */
-		if (OidIsValid(dboid))
-			ResumeDatabaseExecutors(dboid);
+		/*
+		 * When the statement's transaction ends (it commits after this hook
+		 * returns), lift the pause, except for a dropped database, and let the
+		 * launcher look again.
+		 */
 		if (OidIsValid(dboid) || IsA(stmt, CreatedbStmt))
-			VqWakeLauncher();
+		{
+			RegisterWakeupCallback();
+			if (!IsA(stmt, DropdbStmt))
+				resume_at_commit = dboid;
+			wake_launcher_at_end = true;
+		}
 	}
 	PG_END_TRY();
 }

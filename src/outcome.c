@@ -21,6 +21,7 @@
 #include "utils/timestamp.h"
 
 #include "backoff.h"
+#include "enqueue.h"
 #include "executor.h"
 #include "vq_job.h"
 
@@ -175,6 +176,10 @@ VqPersistFailure(VqJob *job, VqOutcome *outcome, VqQueue *queue, TimestampTz now
 			   10, (Oid[]) {UUIDOID, TEXTOID, INT4OID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID,
 			   TIMESTAMPTZOID, INT4OID, TEXTOID, TEXTOID}),
 		  values, nulls);
+
+	/* the retry is a due time the executors must not sleep past */
+	if (retry)
+		VqNoteJobDue(next_at);
 }
 
 /*
@@ -358,4 +363,21 @@ VqFlushProgress(void)
 				   "  FOR UPDATE SKIP LOCKED))",
 				   4, (Oid[]) {UUIDARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID}),
 		  values, NULL);
+}
+
+/* NOTIFY jobs of a queue dispatched and not yet answered (they hold the queue's capacity too). */
+int
+VqExternalInFlight(VqQueue *queue)
+{
+	static SPIPlanPtr inflight_plan = NULL;
+	bool		isnull;
+
+	if (SPI_execute_plan(KeptPlan(&inflight_plan,
+								  "SELECT pg_catalog.count(*)::pg_catalog.int4 FROM vq.job"
+								  " WHERE state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state AND worker_pid IS NULL"
+								  " AND queue OPERATOR(pg_catalog.=) $1",
+								  1, (Oid[]) {TEXTOID}),
+						 &queue->name_datum, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "vq_job: counting NOTIFY jobs in flight failed");
+	return DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }

@@ -35,19 +35,23 @@ static VqRegistry *registry = NULL;
 static bool registry_valid = false;
 
 /* Relations whose invalidation makes the copy stale (known once it was read). */
-static Oid	watched_relids[3] = {InvalidOid, InvalidOid, InvalidOid};
+#define NWATCHED 4
+static Oid	watched_relids[NWATCHED] = {InvalidOid, InvalidOid, InvalidOid, InvalidOid};
 
 static SPIPlanPtr queue_plan = NULL;
 static SPIPlanPtr handler_plan = NULL;
 static SPIPlanPtr owner_plan = NULL;
+static SPIPlanPtr destination_plan = NULL;
 
 /* Relcache callback: a change to a watched table (or to everything) makes the copy stale. */
 static void
 VqRegistryInvalidate(Datum arg, Oid relid)
 {
-	if (relid == InvalidOid || relid == watched_relids[0] ||
-		relid == watched_relids[1] || relid == watched_relids[2])
+	if (relid == InvalidOid)
 		registry_valid = false;
+	for (int i = 0; i < NWATCHED; i++)
+		if (relid == watched_relids[i])
+			registry_valid = false;
 }
 
 /* Register the invalidation callback (from _PG_init). */
@@ -216,7 +220,26 @@ LoadHandlers(VqRegistry *reg)
 		h->max_attempts = GetInt32(tup, desc, 9);
 		h->name_datum = RegistryText(name);
 		h->address_datum = RegistryText(h->address);
+		if (!h->is_function)
+			reg->has_notify_handlers = true;
 		reg->handlers[i] = h;
+	}
+}
+
+/* Read the registered outbox destination types into the registry. */
+static void
+LoadDestinations(VqRegistry *reg)
+{
+	RunLatest(KeepPlan(&destination_plan, "SELECT type, fn::pg_catalog.oid FROM vq.destination"));
+	reg->destination_hash = NameHash("vq_job destinations", sizeof(VqDestination));
+	reg->ndestinations = (int) SPI_processed;
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		VqDestination *d = hash_search(reg->destination_hash,
+									   SPI_getvalue(tup, SPI_tuptable->tupdesc, 1), HASH_ENTER, NULL);
+
+		d->fn = (Oid) GetInt32(tup, SPI_tuptable->tupdesc, 2);
 	}
 }
 
@@ -229,7 +252,8 @@ LoadOwner(VqRegistry *reg)
 	RunLatest(KeepPlan(&owner_plan,
 					   "SELECT e.extowner, 'vq.handler'::pg_catalog.regclass::pg_catalog.oid,"
 					   " 'vq.contract_override'::pg_catalog.regclass::pg_catalog.oid,"
-					   " 'vq.queue'::pg_catalog.regclass::pg_catalog.oid"
+					   " 'vq.queue'::pg_catalog.regclass::pg_catalog.oid,"
+					   " 'vq.destination'::pg_catalog.regclass::pg_catalog.oid"
 					   " FROM pg_catalog.pg_extension e"
 					   " WHERE e.extname OPERATOR(pg_catalog.=) 'vq_job'"));
 	if (SPI_processed != 1)
@@ -239,7 +263,7 @@ LoadOwner(VqRegistry *reg)
 	reg->owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0],
 													 SPI_tuptable->tupdesc, 1, &isnull));
 	/* Watch the tables even while they are empty. */
-	for (int col = 2; col <= 4; col++)
+	for (int col = 2; col <= 1 + NWATCHED; col++)
 		watched_relids[col - 2] = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0],
 																 SPI_tuptable->tupdesc, col, &isnull));
 }
@@ -271,6 +295,7 @@ BuildRegistry(void)
 	LoadOwner(reg);
 	LoadQueues(reg);
 	LoadHandlers(reg);
+	LoadDestinations(reg);
 	SPI_finish();
 	SetUserIdAndSecContext(save_userid, save_sec_context);
 	return reg;
@@ -300,6 +325,12 @@ VqQueue *
 VqLookupQueue(VqRegistry *reg, const char *name)
 {
 	return hash_search(reg->queue_hash, name, HASH_FIND, NULL);
+}
+
+VqDestination *
+VqLookupDestination(VqRegistry *reg, const char *type)
+{
+	return hash_search(reg->destination_hash, type, HASH_FIND, NULL);
 }
 
 /* Raise the "handler is not registered" error, listing (up to 20) registered names. */

@@ -40,6 +40,13 @@ typedef struct VqHandler
 	Datum		address_datum;	/* text, for SPI parameters */
 } VqHandler;
 
+/* A user-registered outbox destination type. */
+typedef struct VqDestination
+{
+	char		type[VQ_NAME_MAX + 1];	/* hash key */
+	Oid			fn;
+} VqDestination;
+
 typedef struct VqRegistry
 {
 	Oid			owner;			/* extension owner: runs vq_job's own writes */
@@ -47,6 +54,9 @@ typedef struct VqRegistry
 	VqHandler **handlers;		/* sorted by name */
 	struct HTAB *handler_hash;
 	struct HTAB *queue_hash;
+	struct HTAB *destination_hash;
+	int			ndestinations;
+	bool		has_notify_handlers;
 } VqRegistry;
 
 /* Register the invalidation callback (from _PG_init). */
@@ -60,6 +70,7 @@ extern VqRegistry *VqRegistryGet(void);
 
 extern VqHandler *VqLookupHandler(VqRegistry *registry, const char *name);
 extern VqQueue *VqLookupQueue(VqRegistry *registry, const char *name);
+extern VqDestination *VqLookupDestination(VqRegistry *registry, const char *type);
 
 /* Raise the "handler is not registered" error, listing registered names. */
 extern void VqReportUnregisteredHandler(VqRegistry *registry, const char *name) pg_attribute_noreturn();

@@ -21,7 +21,7 @@
 #include "vq_job.h"
 
 #define RETENTION_BATCH 1000
-#define RETENTION_BUDGET_MS 100
+#define RETENTION_BUDGET_MS 500
 
 static SPIPlanPtr delete_plan = NULL;
 
@@ -67,6 +67,32 @@ DeleteBatch(TimestampTz finished_before, TimestampTz dead_before)
 	return SPI_processed;
 }
 
+/* Delete one batch of published outbox rows older than the retention (failed rows stay); returns how many. */
+static uint64
+DeletePublished(TimestampTz published_before)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		values[2];
+
+	values[0] = TimestampTzGetDatum(published_before);
+	values[1] = Int32GetDatum(RETENTION_BATCH);
+	if (plan == NULL)
+	{
+		Oid			types[2] = {TIMESTAMPTZOID, INT4OID};
+
+		plan = SPI_prepare("DELETE FROM vq.outbox o WHERE o.id OPERATOR(pg_catalog.=) ANY (ARRAY("
+						   " SELECT id FROM vq.outbox"
+						   " WHERE status OPERATOR(pg_catalog.=) 'PUBLISHED' AND published_at OPERATOR(pg_catalog.<) $1"
+						   " LIMIT $2 FOR UPDATE SKIP LOCKED))", 2, types);
+		if (plan == NULL)
+			elog(ERROR, "vq_job: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+		SPI_keepplan(plan);
+	}
+	if (SPI_execute_plan(plan, values, NULL, false, 0) != SPI_OK_DELETE)
+		elog(ERROR, "vq_job: deleting published outbox rows failed");
+	return SPI_processed;
+}
+
 /* One round of retention: delete expired jobs, batch by batch, within the time budget. */
 void
 VqRunRetention(void)
@@ -88,6 +114,8 @@ VqRunRetention(void)
 			elog(ERROR, "vq_job: SPI_connect failed");
 		deleted = DeleteBatch(now - (TimestampTz) Max(vq_retention_finished_s, 0) * USECS_PER_SEC,
 							  now - (TimestampTz) Max(vq_retention_dead_letter_s, 0) * USECS_PER_SEC);
+		if (vq_retention_finished_s >= 0)
+			deleted += DeletePublished(now - (TimestampTz) vq_retention_finished_s * USECS_PER_SEC);
 		SPI_finish();
 		PopActiveSnapshot();
 		CommitTransactionCommand();

@@ -30,6 +30,9 @@
 #define ERRCODE_VQ_INVALID_JOB_ID           MAKE_SQLSTATE('V','Q','0','0','7')
 #define ERRCODE_VQ_INVALID_ARGUMENT         MAKE_SQLSTATE('V','Q','0','0','8')
 #define ERRCODE_VQ_NOT_IN_JOB               MAKE_SQLSTATE('V','Q','0','0','9')
+#define ERRCODE_VQ_NO_SUCH_JOB              MAKE_SQLSTATE('V','Q','0','1','0')
+#define ERRCODE_VQ_REPLY_IGNORED            MAKE_SQLSTATE('V','Q','0','1','1')
+#define ERRCODE_VQ_INVALID_DESTINATION      MAKE_SQLSTATE('V','Q','1','0','5')
 
 /* GUCs (vq_job.c). */
 extern int	vq_execution_timeout_ms;

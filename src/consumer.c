@@ -1,0 +1,345 @@
+/*
+ * consumer.c: what external consumers of NOTIFY handlers call.
+ *
+ * A NOTIFY handler's job is committed as RUNNING with no executor and
+ * announced on the handler's channel (dispatch.c). The consumer replies with
+ * vq_complete() or vq_fail(); the reply goes through the same state machine as
+ * a function handler's outcome (outcome.c). NOTIFY is only a wake-up: a
+ * consumer catches up with vq_pull(), which claims due jobs of its handler,
+ * and reads a payload too large for the notification with vq_job_payload().
+ *
+ * Who may act on a job: members of the role that enqueued it, and members of
+ * a role granted with vq_grant_consumer() for its handler. Anyone else gets
+ * the same answer as for a job that does not exist, so ids cannot be probed.
+ * These functions write as the extension owner after that check.
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+#include "utils/uuid.h"
+
+#include "executor.h"
+#include "registry.h"
+#include "vq_job.h"
+
+PG_FUNCTION_INFO_V1(vq_complete);
+PG_FUNCTION_INFO_V1(vq_fail);
+PG_FUNCTION_INFO_V1(vq_pull);
+PG_FUNCTION_INFO_V1(vq_job_payload);
+
+static SPIPlanPtr job_plan = NULL;
+static SPIPlanPtr grant_plan = NULL;
+static SPIPlanPtr pull_plan = NULL;
+
+/* Prepare (once) and keep a plan. */
+static SPIPlanPtr
+Keep(SPIPlanPtr *plan, const char *sql, int nargs, Oid *types)
+{
+	if (*plan == NULL)
+	{
+		*plan = SPI_prepare(sql, nargs, types);
+		if (*plan == NULL)
+			elog(ERROR, "vq_job: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+		SPI_keepplan(*plan);
+	}
+	return *plan;
+}
+
+/* Is the caller a consumer granted for this handler? */
+static bool
+GrantedConsumer(Oid caller, const char *handler)
+{
+	Datum		arg = CStringGetTextDatum(handler);
+
+	if (SPI_execute_plan(Keep(&grant_plan,
+							  "SELECT grantee FROM vq.consumer_grant WHERE handler OPERATOR(pg_catalog.=) $1",
+							  1, (Oid[]) {TEXTOID}),
+						 &arg, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "vq_job: reading consumer grants failed");
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+		Oid			grantee = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+
+		if (has_privs_of_role(caller, grantee))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Load a job the caller may act on, locking its row; NULL when there is no
+ * such job or the caller may not see it (the two are not told apart).
+ */
+static VqJob *
+LoadJobForConsumer(pg_uuid_t *id, Oid caller, char **state, bool *external)
+{
+	Datum		arg = UUIDPGetDatum(id);
+	HeapTuple	tup;
+	TupleDesc	desc;
+	VqJob	   *job;
+	bool		isnull;
+
+	if (SPI_execute_plan(Keep(&job_plan,
+							  "SELECT execution_id, job_id, handler, handler_address, queue, attempt_number,"
+							  " max_attempts, enqueued_by, state::pg_catalog.text, worker_pid IS NULL"
+							  " FROM vq.job WHERE execution_id OPERATOR(pg_catalog.=) $1 FOR UPDATE",
+							  1, (Oid[]) {UUIDOID}),
+						 &arg, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "vq_job: reading the job failed");
+	if (SPI_processed != 1)
+		return NULL;
+	tup = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	job = palloc0(sizeof(VqJob));
+	memcpy(&job->execution_id, id, sizeof(pg_uuid_t));
+	job->job_id = SPI_getvalue(tup, desc, 2);
+	job->handler = SPI_getvalue(tup, desc, 3);
+	job->address = SPI_getvalue(tup, desc, 4);
+	job->queue = SPI_getvalue(tup, desc, 5);
+	job->attempt_number = DatumGetInt32(SPI_getbinval(tup, desc, 6, &isnull));
+	job->max_attempts = DatumGetInt32(SPI_getbinval(tup, desc, 7, &isnull));
+	job->enqueued_by = DatumGetObjectId(SPI_getbinval(tup, desc, 8, &isnull));
+	*state = SPI_getvalue(tup, desc, 9);
+	*external = DatumGetBool(SPI_getbinval(tup, desc, 10, &isnull));
+	job->running = true;
+
+	if (!has_privs_of_role(caller, job->enqueued_by) && !GrantedConsumer(caller, job->handler))
+		return NULL;
+	return job;
+}
+
+/* Record a consumer's reply: complete (error == NULL) or fail. Returns whether it was accepted. */
+static bool
+Reply(FunctionCallInfo fcinfo, const char *error, int attempt_arg)
+{
+	pg_uuid_t  *id;
+	Oid			caller = GetUserId();
+	VqRegistry *registry = VqRegistryGet();
+	VqSavedUser saved;
+	VqJob	   *job;
+	char	   *state = NULL;
+	bool		external = false;
+	bool		accepted = false;
+	char	   *ignored = NULL;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_VQ_INVALID_ARGUMENT),
+				 errmsg("execution_id must not be null")));
+	id = PG_GETARG_UUID_P(0);
+
+	VqBecomeOwner(registry, &saved);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "vq_job: SPI_connect failed");
+	job = LoadJobForConsumer(id, caller, &state, &external);
+	if (job == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_VQ_NO_SUCH_JOB),
+				 errmsg("no job %s that you may reply to",
+						DatumGetCString(DirectFunctionCall1(uuid_out, UUIDPGetDatum(id))))));
+
+	if (strcmp(state, "RUNNING") != 0)
+		ignored = psprintf("the job is %s", state);
+	else if (!external)
+		ignored = pstrdup("the job is run by a background worker, not by an external consumer");
+	else if (!PG_ARGISNULL(attempt_arg) && PG_GETARG_INT32(attempt_arg) != job->attempt_number)
+		ignored = psprintf("it answers attempt %d, but the job is at attempt %d (attempt %d timed out or was abandoned)",
+						   PG_GETARG_INT32(attempt_arg), job->attempt_number, PG_GETARG_INT32(attempt_arg));
+	else
+	{
+		VqOutcome	outcome;
+
+		memset(&outcome, 0, sizeof(outcome));
+		if (error == NULL)
+		{
+			outcome.kind = VQ_OUTCOME_COMPLETED;
+			VqPersistCompleted(list_make1(job), list_make1(&outcome), GetCurrentTimestamp());
+		}
+		else
+		{
+			outcome.kind = VQ_OUTCOME_FAILED;
+			outcome.error = (char *) error;
+			VqPersistFailure(job, &outcome, VqLookupQueue(registry, job->queue), GetCurrentTimestamp());
+		}
+		accepted = true;
+	}
+	SPI_finish();
+	VqRestoreUser(&saved);
+
+	if (ignored != NULL)
+		ereport(WARNING,
+				(errcode(ERRCODE_VQ_REPLY_IGNORED),
+				 errmsg("reply for job %s ignored: %s",
+						DatumGetCString(DirectFunctionCall1(uuid_out, UUIDPGetDatum(id))), ignored)));
+	return accepted;
+}
+
+/* vq_complete(execution_id, attempt DEFAULT NULL) */
+Datum
+vq_complete(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(Reply(fcinfo, NULL, 1));
+}
+
+/* vq_fail(execution_id, error, attempt DEFAULT NULL) */
+Datum
+vq_fail(PG_FUNCTION_ARGS)
+{
+	const char *error = PG_ARGISNULL(1) ? "failed (no error text given)" : text_to_cstring(PG_GETARG_TEXT_PP(1));
+
+	PG_RETURN_BOOL(Reply(fcinfo, error, 2));
+}
+
+/*
+ * vq_pull(handler, max_jobs): claim up to max_jobs due jobs of a NOTIFY
+ * handler for the calling consumer (RUNNING, one CLAIMED transition each) and
+ * return them. A granted consumer gets any job of the handler; anyone else
+ * only the jobs of roles it is a member of.
+ */
+Datum
+vq_pull(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Oid			caller = GetUserId();
+	VqRegistry *registry = VqRegistryGet();
+	VqHandler  *handler;
+	char	   *handler_name;
+	int32		max_jobs;
+	VqSavedUser saved;
+	TupleDesc	desc;
+	Tuplestorestate *store;
+	MemoryContext old;
+	Datum		values[4];
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_VQ_INVALID_HANDLER_NAME),
+				 errmsg("handler name must not be null")));
+	handler_name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	max_jobs = PG_ARGISNULL(1) ? 1 : PG_GETARG_INT32(1);
+	if (max_jobs < 1 || max_jobs > 10000)
+		ereport(ERROR,
+				(errcode(ERRCODE_VQ_INVALID_ARGUMENT),
+				 errmsg("max_jobs must be between 1 and 10000, got %d", max_jobs)));
+	if (!vq_valid_name(handler_name, strlen(handler_name)))
+		ereport(ERROR,
+				(errcode(ERRCODE_VQ_INVALID_HANDLER_NAME),
+				 errmsg("invalid handler name \"%s\"", handler_name)));
+	handler = VqLookupHandler(registry, handler_name);
+	if (handler == NULL)
+		VqReportUnregisteredHandler(registry, handler_name);
+	if (handler->is_function)
+		ereport(ERROR,
+				(errcode(ERRCODE_VQ_INVALID_ARGUMENT),
+				 errmsg("handler \"%s\" is a function handler: its jobs are run by the background workers",
+						handler_name)));
+
+	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) || !(rsinfo->allowedModes & SFRM_Materialize))
+		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						errmsg("vq_pull() must be called in a context that accepts a set")));
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "vq_pull must return a composite type");
+	old = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
+	desc = CreateTupleDescCopy(desc);
+	store = tuplestore_begin_heap(true, false, work_mem);
+	rsinfo->returnMode = SFRM_Materialize;
+	rsinfo->setResult = store;
+	rsinfo->setDesc = desc;
+	MemoryContextSwitchTo(old);
+
+	VqBecomeOwner(registry, &saved);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "vq_job: SPI_connect failed");
+	values[0] = handler->name_datum;
+	values[1] = Int32GetDatum(max_jobs);
+	values[2] = ObjectIdGetDatum(caller);
+	values[3] = BoolGetDatum(GrantedConsumer(caller, handler_name));
+	if (SPI_execute_plan(Keep(&pull_plan,
+							  "WITH claimed AS ("
+							  " UPDATE vq.job j SET state = 'RUNNING', started_at = pg_catalog.clock_timestamp(),"
+							  "  updated_at = pg_catalog.clock_timestamp(), worker_pid = NULL, worker_started_at = NULL"
+							  " FROM (SELECT execution_id FROM vq.job"
+							  "       WHERE handler OPERATOR(pg_catalog.=) $1"
+							  "       AND state OPERATOR(pg_catalog.=) 'ENQUEUED'::vq.job_state"
+							  "       AND scheduled_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()"
+							  "       AND ($4 OR pg_catalog.pg_has_role($3, enqueued_by, 'USAGE'))"
+							  "       ORDER BY priority DESC, scheduled_at LIMIT $2 FOR UPDATE SKIP LOCKED) c"
+							  " WHERE j.execution_id OPERATOR(pg_catalog.=) c.execution_id"
+							  " RETURNING j.execution_id, j.job_id, j.handler, j.attempt_number, j.payload,"
+							  "  j.metadata, j.scheduled_at, j.priority),"
+							  " history AS (INSERT INTO vq.job_transition"
+							  "  (execution_id, attempt_number, kind, from_state, to_state)"
+							  "  SELECT execution_id, attempt_number, 'CLAIMED', 'ENQUEUED', 'RUNNING' FROM claimed)"
+							  " SELECT execution_id, job_id, handler, attempt_number, payload, metadata, scheduled_at"
+							  " FROM claimed ORDER BY priority DESC, scheduled_at",
+							  4, (Oid[]) {TEXTOID, INT4OID, OIDOID, BOOLOID}),
+						 values, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "vq_job: vq_pull failed");
+
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		Datum		row[7];
+		bool		nulls[7];
+
+		heap_deform_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, row, nulls);
+		tuplestore_putvalues(store, desc, row, nulls);
+	}
+	SPI_finish();
+	VqRestoreUser(&saved);
+	return (Datum) 0;
+}
+
+/* vq_job_payload(execution_id): the payload of a job the caller may consume, else NULL. */
+Datum
+vq_job_payload(PG_FUNCTION_ARGS)
+{
+	static SPIPlanPtr payload_plan = NULL;
+	pg_uuid_t  *id = PG_GETARG_UUID_P(0);
+	Oid			caller = GetUserId();
+	VqRegistry *registry = VqRegistryGet();
+	VqSavedUser saved;
+	Datum		arg = UUIDPGetDatum(id);
+	Datum		result = (Datum) 0;
+	bool		isnull = true;
+
+	VqBecomeOwner(registry, &saved);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "vq_job: SPI_connect failed");
+	if (SPI_execute_plan(Keep(&payload_plan,
+							  "SELECT payload, enqueued_by, handler FROM vq.job"
+							  " WHERE execution_id OPERATOR(pg_catalog.=) $1",
+							  1, (Oid[]) {UUIDOID}),
+						 &arg, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "vq_job: reading the payload failed");
+	if (SPI_processed == 1)
+	{
+		HeapTuple	tup = SPI_copytuple(SPI_tuptable->vals[0]);
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		n;
+		Oid			owner = DatumGetObjectId(SPI_getbinval(tup, desc, 2, &n));
+		char	   *handler = SPI_getvalue(tup, desc, 3);
+
+		if (has_privs_of_role(caller, owner) || GrantedConsumer(caller, handler))
+		{
+			Datum		d = SPI_getbinval(tup, desc, 1, &isnull);
+
+			if (!isnull)
+				result = SPI_datumTransfer(d, false, -1);
+		}
+	}
+	SPI_finish();
+	VqRestoreUser(&saved);
+	if (isnull)
+		PG_RETURN_NULL();
+	PG_RETURN_DATUM(result);
+}

@@ -1,0 +1,25 @@
+/*
+ * enqueue.h: enqueue internals shared with the consumer replies and the outbox.
+ */
+#ifndef VQ_ENQUEUE_H
+#define VQ_ENQUEUE_H
+
+#include "postgres.h"
+
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+
+#include "registry.h"
+
+/* Remember that this transaction made a job due at scheduled_at: wake the workers at commit. */
+extern void VqNoteJobDue(TimestampTz scheduled_at);
+
+/* The enqueuing role must have EXECUTE on a function handler's function. */
+extern void VqCheckEnqueuePrivilege(VqHandler *handler, Oid role);
+
+/* Enqueue one job with settings already resolved (the outbox relay); returns its execution_id. */
+extern Datum VqEnqueueResolved(const char *handler_name, const char *queue_name, int32 priority,
+							   int32 max_attempts, TimestampTz scheduled_at, Datum payload,
+							   bool payload_null, Jsonb *metadata, Oid enqueued_by);
+
+#endif							/* VQ_ENQUEUE_H */

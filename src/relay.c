@@ -1,0 +1,438 @@
+/*
+ * relay.c: the outbox relay, run by the executors between claims.
+ *
+ * It claims (FOR UPDATE SKIP LOCKED, in publication order) only rows it can
+ * serve: DELAYED_JOB rows whose target is one of vq_supported_target_ids(),
+ * NOTIFY rows, and rows of registered destination types. Per row, exactly the
+ * seed's rules:
+ *  - target not registered (any more)      -> UNRESOLVABLE: retried with backoff;
+ *  - delivery snapshot missing / malformed -> PERMANENT: FAILED, kept to inspect;
+ *  - the job is built from the snapshot (never re-resolved) with run_at =
+ *    scheduled_at and metadata = metadata.context verbatim; headers never
+ *    reach it; it is enqueued as the role that published the row;
+ *  - the enqueue rejects the job (validation) -> PERMANENT;
+ *  - any other error                        -> RETRYABLE with backoff.
+ * Each row is handled in its own subtransaction, so one row's failure never
+ * stops the others, and the job insert and the row's PUBLISHED mark commit
+ * together: an outbox row yields at most one job, across crashes too.
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "commands/async.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/json.h"
+#include "utils/jsonb.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+#include "utils/timestamp.h"
+#include "utils/typcache.h"
+#include "utils/guc.h"
+#include "utils/regproc.h"
+
+#include "compat.h"
+#include "enqueue.h"
+#include "executor.h"
+#include "vq_job.h"
+
+/* Backoff of retryable / unresolvable rows: 1 s doubling per attempt, at most 5 minutes. */
+#define RELAY_BACKOFF_BASE_MS 1000
+#define RELAY_BACKOFF_MAX_MS 300000
+
+typedef enum RelayResult
+{
+	RELAY_SUCCESS,
+	RELAY_RETRYABLE,
+	RELAY_PERMANENT,
+	RELAY_UNRESOLVABLE
+} RelayResult;
+
+/* One claimed outbox row. */
+typedef struct OutboxRow
+{
+	int64		id;
+	char	   *type;
+	char	   *destination;
+	Datum		payload;		/* jsonb, or 0 when NULL */
+	char	   *payload_text;	/* "null" when NULL */
+	Jsonb	   *headers;
+	Jsonb	   *metadata;
+	bool		has_scheduled_at;
+	TimestampTz scheduled_at;
+	int32		attempts;
+	Oid			published_by;
+	/* the DELAYED_JOB snapshot, as text (NULL when absent) */
+	char	   *snap_queue;
+	char	   *snap_priority;
+	char	   *snap_max_attempts;
+	Jsonb	   *context;		/* metadata.context, or NULL */
+} OutboxRow;
+
+static SPIPlanPtr claim_plan = NULL;
+static SPIPlanPtr published_plan = NULL;
+static SPIPlanPtr retry_plan = NULL;
+static SPIPlanPtr failed_plan = NULL;
+static Oid	publish_result_type = InvalidOid;
+
+/* Prepare (once) and keep a plan. */
+static SPIPlanPtr
+Keep(SPIPlanPtr *plan, const char *sql, int nargs, Oid *types)
+{
+	if (*plan == NULL)
+	{
+		*plan = SPI_prepare(sql, nargs, types);
+		if (*plan == NULL)
+			elog(ERROR, "vq_job: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+		SPI_keepplan(*plan);
+	}
+	return *plan;
+}
+
+/* A text[] of the registry's dispatchable targets, or of its destination types. */
+static Datum
+NameArray(VqRegistry *registry, bool targets)
+{
+	Datum	   *names = palloc(sizeof(Datum) * Max(registry->nhandlers + registry->ndestinations, 1));
+	int			n = 0;
+
+	if (targets)
+	{
+		for (int i = 0; i < registry->nhandlers; i++)
+		{
+			VqHandler  *h = registry->handlers[i];
+
+			if (h->is_function && !SearchSysCacheExists1(PROCOID, ObjectIdGetDatum(h->fn)))
+				continue;
+			names[n++] = h->name_datum;
+		}
+	}
+	else
+	{
+		HASH_SEQ_STATUS seq;
+		VqDestination *d;
+
+		hash_seq_init(&seq, registry->destination_hash);
+		while ((d = hash_seq_search(&seq)) != NULL)
+			names[n++] = CStringGetTextDatum(d->type);
+	}
+	return PointerGetDatum(construct_array(names, n, TEXTOID, -1, false, TYPALIGN_INT));
+}
+
+/* Copy a claimed row out of SPI memory. */
+static OutboxRow *
+CopyRow(HeapTuple tup, TupleDesc desc)
+{
+	OutboxRow  *row = palloc0(sizeof(OutboxRow));
+	bool		isnull;
+	Datum		d;
+
+	row->id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+	row->type = SPI_getvalue(tup, desc, 2);
+	row->destination = SPI_getvalue(tup, desc, 3);
+	d = SPI_getbinval(tup, desc, 4, &isnull);
+	row->payload = isnull ? (Datum) 0 : PointerGetDatum(DatumGetJsonbPCopy(d));
+	row->payload_text = isnull ? "null" : SPI_getvalue(tup, desc, 4);
+	row->headers = DatumGetJsonbPCopy(SPI_getbinval(tup, desc, 5, &isnull));
+	row->metadata = DatumGetJsonbPCopy(SPI_getbinval(tup, desc, 6, &isnull));
+	d = SPI_getbinval(tup, desc, 7, &isnull);
+	row->has_scheduled_at = !isnull;
+	row->scheduled_at = isnull ? 0 : DatumGetTimestampTz(d);
+	row->attempts = DatumGetInt32(SPI_getbinval(tup, desc, 8, &isnull));
+	row->published_by = DatumGetObjectId(SPI_getbinval(tup, desc, 9, &isnull));
+	row->snap_queue = SPI_getvalue(tup, desc, 10);
+	row->snap_priority = SPI_getvalue(tup, desc, 11);
+	row->snap_max_attempts = SPI_getvalue(tup, desc, 12);
+	d = SPI_getbinval(tup, desc, 13, &isnull);
+	row->context = isnull ? NULL : DatumGetJsonbPCopy(d);
+	return row;
+}
+
+/* Parse a snapshot integer (JSON number text); false when absent or not an int4. */
+static bool
+SnapshotInt(const char *text, int32 *value)
+{
+	char	   *end;
+	long		v;
+
+	if (text == NULL)
+		return false;
+	errno = 0;
+	v = strtol(text, &end, 10);
+	if (errno != 0 || *end != '\0' || end == text || v < PG_INT32_MIN || v > PG_INT32_MAX)
+		return false;
+	*value = (int32) v;
+	return true;
+}
+
+/* Is this error the enqueue rejecting the job itself (retrying cannot help)? */
+static bool
+IsValidationError(int sqlerrcode)
+{
+	return ERRCODE_TO_CATEGORY(sqlerrcode) == ERRCODE_TO_CATEGORY(ERRCODE_VQ_INVALID_HANDLER_NAME) ||
+		sqlerrcode == ERRCODE_INSUFFICIENT_PRIVILEGE ||
+		sqlerrcode == ERRCODE_UNDEFINED_FUNCTION;
+}
+
+/* Deliver a DELAYED_JOB row: enqueue its job from the snapshot. Runs inside the row's subtransaction. */
+static RelayResult
+DeliverDelayedJob(VqRegistry *registry, OutboxRow *row, char **message)
+{
+	int32		priority;
+	int32		max_attempts;
+
+	if (row->snap_queue == NULL || !SnapshotInt(row->snap_priority, &priority) ||
+		!SnapshotInt(row->snap_max_attempts, &max_attempts))
+	{
+		*message = pstrdup("metadata.delivery.delayedJob snapshot (queue, priority, maxAttempts) is missing or malformed");
+		return RELAY_PERMANENT;
+	}
+	if (VqLookupHandler(registry, row->destination) == NULL)
+	{
+		*message = psprintf("target \"%s\" is not registered", row->destination);
+		return RELAY_UNRESOLVABLE;
+	}
+	(void) VqEnqueueResolved(row->destination, row->snap_queue, priority, max_attempts,
+							 row->has_scheduled_at ? row->scheduled_at : GetCurrentTransactionStartTimestamp(),
+							 row->payload, row->payload == (Datum) 0,
+							 row->context ? row->context : DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum("{}"))),
+							 row->published_by);
+	return RELAY_SUCCESS;
+}
+
+/* Deliver a NOTIFY row: {"outbox_id", "payload", "headers"} on the channel, at commit. */
+static RelayResult
+DeliverNotify(OutboxRow *row, char **message)
+{
+	StringInfoData msg;
+
+	initStringInfo(&msg);
+	appendStringInfo(&msg, "{\"outbox_id\": " INT64_FORMAT ", \"payload\": %s, \"headers\": ",
+					 row->id, row->payload_text);
+	(void) JsonbToCString(&msg, &row->headers->root, VARSIZE(row->headers));
+	appendStringInfoChar(&msg, '}');
+	if (msg.len >= 8000)
+	{
+		*message = psprintf("notification of %d bytes exceeds the 8000-byte NOTIFY limit", msg.len);
+		return RELAY_PERMANENT;
+	}
+	Async_Notify(row->destination, msg.data);
+	return RELAY_SUCCESS;
+}
+
+/* Deliver a row of a registered destination type by calling its function as the publisher. */
+static RelayResult
+DeliverCustom(VqRegistry *registry, OutboxRow *row, char **message)
+{
+	VqDestination *dest = VqLookupDestination(registry, row->type);
+	Oid			save_userid;
+	int			save_sec_context;
+	Datum		result;
+	HeapTupleHeader rec;
+	HeapTupleData tuple;
+	TupleDesc	desc;
+	bool		isnull;
+	char	   *status;
+	Datum		msg;
+	int			nestlevel;
+
+	if (dest == NULL)
+	{
+		*message = psprintf("destination type \"%s\" is not registered", row->type);
+		return RELAY_UNRESOLVABLE;
+	}
+	if (vq_proc_aclcheck(dest->fn, row->published_by, ACL_EXECUTE) != ACLCHECK_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("the publishing role has no EXECUTE on destination function %u", dest->fn)));
+	if (!OidIsValid(publish_result_type))
+		publish_result_type = DatumGetObjectId(DirectFunctionCall1(regtypein, CStringGetDatum("vq.publish_result")));
+
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	SetUserIdAndSecContext(row->published_by,
+						   save_sec_context | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
+	nestlevel = NewGUCNestLevel();
+	(void) set_config_option("search_path", psprintf("%s, pg_temp", vq_handler_search_path),
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	result = OidFunctionCall4(dest->fn, CStringGetTextDatum(row->destination),
+							  row->payload ? row->payload : DirectFunctionCall1(jsonb_in, CStringGetDatum("null")),
+							  JsonbPGetDatum(row->headers), JsonbPGetDatum(row->metadata));
+	AtEOXact_GUC(false, nestlevel);
+	SetUserIdAndSecContext(save_userid, save_sec_context);
+
+	rec = DatumGetHeapTupleHeader(result);
+	desc = lookup_rowtype_tupdesc(publish_result_type, -1);
+	tuple.t_len = HeapTupleHeaderGetDatumLength(rec);
+	tuple.t_data = rec;
+	status = DatumGetCString(DirectFunctionCall1(enum_out, heap_getattr(&tuple, 1, desc, &isnull)));
+	msg = heap_getattr(&tuple, 2, desc, &isnull);
+	ReleaseTupleDesc(desc);
+	*message = isnull ? NULL : TextDatumGetCString(msg);
+	if (strcmp(status, "SUCCESS") == 0)
+		return RELAY_SUCCESS;
+	if (strcmp(status, "PERMANENT") == 0)
+		return RELAY_PERMANENT;
+	if (strcmp(status, "UNRESOLVABLE") == 0)
+		return RELAY_UNRESOLVABLE;
+	return RELAY_RETRYABLE;
+}
+
+/* Deliver one row in a subtransaction; errors become RETRYABLE or PERMANENT. */
+static RelayResult
+DeliverRow(VqRegistry *registry, OutboxRow *row, char **message)
+{
+	MemoryContext caller_context = CurrentMemoryContext;
+	ResourceOwner caller_owner = CurrentResourceOwner;
+	RelayResult result;
+
+	*message = NULL;
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(caller_context);
+	PG_TRY();
+	{
+		if (strcmp(row->type, "DELAYED_JOB") == 0)
+			result = DeliverDelayedJob(registry, row, message);
+		else if (strcmp(row->type, "NOTIFY") == 0)
+			result = DeliverNotify(row, message);
+		else
+			result = DeliverCustom(registry, row, message);
+		if (result == RELAY_SUCCESS)
+			ReleaseCurrentSubTransaction();
+		else
+			RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(caller_context);
+		CurrentResourceOwner = caller_owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(caller_context);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(caller_context);
+		CurrentResourceOwner = caller_owner;
+		*message = pstrdup(edata->message ? edata->message : "delivery failed");
+		result = ((strcmp(row->type, "DELAYED_JOB") == 0 && IsValidationError(edata->sqlerrcode)) ||
+				  edata->sqlerrcode == ERRCODE_INSUFFICIENT_PRIVILEGE)
+			? RELAY_PERMANENT : RELAY_RETRYABLE;
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+	return result;
+}
+
+/* Record a row that was not delivered: FAILED for good, or retried after a backoff. */
+static void
+RecordUndelivered(OutboxRow *row, RelayResult result, const char *message, TimestampTz now)
+{
+	Datum		values[4];
+	const char *kind = result == RELAY_UNRESOLVABLE ? "unresolvable: " : result == RELAY_PERMANENT ? "permanent: " : "retryable: ";
+
+	values[0] = Int64GetDatum(row->id);
+	values[1] = CStringGetTextDatum(psprintf("%s%s", kind, message ? message : "(no message)"));
+	values[2] = TimestampTzGetDatum(now);
+	if (result == RELAY_PERMANENT)
+	{
+		if (SPI_execute_plan(Keep(&failed_plan,
+								  "UPDATE vq.outbox SET status = 'FAILED', attempts = attempts OPERATOR(pg_catalog.+) 1,"
+								  " last_error = $2, updated_at = $3, next_attempt_at = NULL"
+								  " WHERE id OPERATOR(pg_catalog.=) $1",
+								  3, (Oid[]) {INT8OID, TEXTOID, TIMESTAMPTZOID}),
+							 values, NULL, false, 0) != SPI_OK_UPDATE)
+			elog(ERROR, "vq_job: recording an outbox failure failed");
+		return;
+	}
+	{
+		int			shift = Min(row->attempts, 20);
+		int64		delay = Min((int64) RELAY_BACKOFF_BASE_MS << shift, RELAY_BACKOFF_MAX_MS);
+
+		values[3] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now, delay));
+		if (SPI_execute_plan(Keep(&retry_plan,
+								  "UPDATE vq.outbox SET attempts = attempts OPERATOR(pg_catalog.+) 1,"
+								  " last_error = $2, updated_at = $3, next_attempt_at = $4"
+								  " WHERE id OPERATOR(pg_catalog.=) $1",
+								  4, (Oid[]) {INT8OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}),
+							 values, NULL, false, 0) != SPI_OK_UPDATE)
+			elog(ERROR, "vq_job: recording an outbox retry failed");
+		VqNoteJobDue(DatumGetTimestampTz(values[3]));
+	}
+}
+
+/*
+ * Relay one batch of due outbox rows this database can serve, in the caller's
+ * transaction (connected to SPI). Returns the number of rows handled.
+ */
+int
+VqRelayBatch(VqRegistry *registry, int limit, TimestampTz now)
+{
+	Datum		values[4];
+	List	   *rows = NIL;
+	Datum	   *published;
+	int			npublished = 0;
+	ListCell   *lc;
+
+	values[0] = TimestampTzGetDatum(now);
+	values[1] = NameArray(registry, true);
+	values[2] = NameArray(registry, false);
+	values[3] = Int32GetDatum(limit);
+	if (SPI_execute_plan(Keep(&claim_plan,
+							  "SELECT id, destination_type, destination, payload, headers, metadata, scheduled_at,"
+							  " attempts, published_by,"
+							  " metadata #>> '{delivery,delayedJob,queue}',"
+							  " metadata #>> '{delivery,delayedJob,priority}',"
+							  " metadata #>> '{delivery,delayedJob,maxAttempts}',"
+							  " metadata -> 'context'"
+							  " FROM vq.outbox"
+							  " WHERE status OPERATOR(pg_catalog.=) 'PENDING'"
+							  " AND coalesce(next_attempt_at, scheduled_at, '-infinity') OPERATOR(pg_catalog.<=) $1"
+							  " AND ((destination_type OPERATOR(pg_catalog.=) 'DELAYED_JOB'"
+							  "       AND destination OPERATOR(pg_catalog.=) ANY ($2))"
+							  "      OR destination_type OPERATOR(pg_catalog.=) 'NOTIFY'"
+							  "      OR destination_type OPERATOR(pg_catalog.=) ANY ($3))"
+							  " ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED",
+							  4, (Oid[]) {TIMESTAMPTZOID, TEXTARRAYOID, TEXTARRAYOID, INT4OID}),
+						 values, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "vq_job: claiming outbox rows failed");
+	for (uint64 i = 0; i < SPI_processed; i++)
+		rows = lappend(rows, CopyRow(SPI_tuptable->vals[i], SPI_tuptable->tupdesc));
+	if (rows == NIL)
+		return 0;
+
+	published = palloc(sizeof(Datum) * list_length(rows));
+	foreach(lc, rows)
+	{
+		OutboxRow  *row = lfirst(lc);
+		char	   *message;
+		RelayResult result = DeliverRow(registry, row, &message);
+
+		if (result == RELAY_SUCCESS)
+			published[npublished++] = Int64GetDatum(row->id);
+		else
+			RecordUndelivered(row, result, message, now);
+	}
+	if (npublished > 0)
+	{
+		Datum		args[2];
+
+		args[0] = PointerGetDatum(construct_array(published, npublished, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+		args[1] = TimestampTzGetDatum(GetCurrentTimestamp());
+		if (SPI_execute_plan(Keep(&published_plan,
+								  "UPDATE vq.outbox SET status = 'PUBLISHED', attempts = attempts OPERATOR(pg_catalog.+) 1,"
+								  " published_at = $2, updated_at = $2, last_error = NULL"
+								  " WHERE id OPERATOR(pg_catalog.=) ANY ($1)",
+								  2, (Oid[]) {INT8ARRAYOID, TIMESTAMPTZOID}),
+							 args, NULL, false, 0) != SPI_OK_UPDATE)
+			elog(ERROR, "vq_job: marking outbox rows published failed");
+	}
+	return list_length(rows);
+}
