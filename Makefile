@@ -22,6 +22,18 @@ include $(PGXS)
 # PGXS tracks no header dependencies: rebuild every object when a header changes.
 $(OBJS): $(wildcard src/*.h)
 
+# The reference NOTIFY consumer (libpq program), built and installed with the extension.
+.PHONY: consumer install-consumer clean-consumer
+all: consumer
+consumer:
+	$(MAKE) -C consumer PG_CONFIG=$(PG_CONFIG)
+install: install-consumer
+install-consumer: consumer
+	$(MAKE) -C consumer PG_CONFIG=$(PG_CONFIG) install
+clean: clean-consumer
+clean-consumer:
+	$(MAKE) -C consumer clean
+
 .PHONY: run test bench
 run:
 	./scripts/run
