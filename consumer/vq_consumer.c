@@ -1317,7 +1317,14 @@ handle_notification(const PGnotify *n)
 		job_free(&job);
 		return;
 	}
-	process_job(&job);
+
+	/*
+	 * The notification only says a job was dispatched: claim it (and any
+	 * other) with vq_pull, so that two consumers on one channel never both
+	 * run it and a job announced while nobody listened is still found.
+	 */
+	verbose("job %s announced (attempt %d); pulling", job.execution_id, job.attempt);
+	need_pull = true;
 	job_free(&job);
 }
 

@@ -93,6 +93,7 @@ CREATE TABLE vq.job (
     finished_at         timestamptz,
     worker_pid          integer,        -- executor running it (NULL for a NOTIFY consumer)
     worker_started_at   timestamptz,    -- with worker_pid, identifies that executor's incarnation
+    consumer_claimed_at timestamptz,    -- NOTIFY jobs: when a consumer took it with vq_pull (NULL: announced only)
     cancel_requested    boolean NOT NULL DEFAULT false,
     last_error          text,
     progress_total      bigint,

@@ -169,7 +169,7 @@ VqPersistFailure(VqJob *job, VqOutcome *outcome, VqQueue *queue, TimestampTz now
 			   "  scheduled_at = CASE WHEN $2 OPERATOR(pg_catalog.=) 'ENQUEUED' THEN coalesce($4, scheduled_at)"
 			   "   ELSE scheduled_at END,"
 			   "  last_error = $5, finished_at = $6, updated_at = $7,"
-			   "  worker_pid = NULL, worker_started_at = NULL"
+			   "  worker_pid = NULL, worker_started_at = NULL, consumer_claimed_at = NULL"
 			   " WHERE execution_id OPERATOR(pg_catalog.=) $1 RETURNING execution_id)"
 			   " INSERT INTO vq.job_transition (execution_id, attempt_number, kind, from_state, to_state, error, at)"
 			   " SELECT execution_id, $8, $9, $10::vq.job_state, $2::vq.job_state, $5, $7 FROM j",
@@ -252,7 +252,8 @@ VqRescueOrphans(TimestampTz now)
 							  "SELECT execution_id, attempt_number, max_attempts, queue, worker_pid, worker_started_at"
 							  " FROM vq.job"
 							  " WHERE state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state"
-							  " AND (worker_pid IS NOT NULL OR started_at OPERATOR(pg_catalog.<) $1)"
+							  " AND (worker_pid IS NOT NULL"
+							  "      OR coalesce(consumer_claimed_at, started_at) OPERATOR(pg_catalog.<) $1)"
 							  " FOR UPDATE SKIP LOCKED",
 							  1, (Oid[]) {TIMESTAMPTZOID}),
 						 values, NULL, false, 0) != SPI_OK_SELECT)
