@@ -27,6 +27,7 @@
 #include "utils/hsearch.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
+#include "utils/resowner.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
@@ -121,29 +122,39 @@ KeepPlan(SPIPlanPtr *plan, const char *sql, int nargs, const Oid *types)
 	return *plan;
 }
 
-/* End of transaction: wake the workers if the enqueues committed; forget them otherwise. */
+/* Forget what this transaction enqueued (abort, or PREPARE: the next poll finds those jobs). */
 static void
 EnqueueXactCallback(XactEvent event, void *arg)
 {
-	switch (event)
+	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT || event == XACT_EVENT_PREPARE)
 	{
-		case XACT_EVENT_COMMIT:
-		case XACT_EVENT_PARALLEL_COMMIT:
-			if (wake_due_at_commit)
-				VqWakeDatabase(MyDatabaseId, true, 0);
-			if (next_due_at_commit != VQ_NO_NEXT_DUE)
-				VqWakeDatabase(MyDatabaseId, false, next_due_at_commit);
-			/* FALLTHROUGH */
-		case XACT_EVENT_ABORT:
-		case XACT_EVENT_PARALLEL_ABORT:
-		case XACT_EVENT_PREPARE:
-			/* a prepared transaction's jobs are found by the next poll */
-			wake_due_at_commit = false;
-			next_due_at_commit = VQ_NO_NEXT_DUE;
-			break;
-		default:
-			break;
+		wake_due_at_commit = false;
+		next_due_at_commit = VQ_NO_NEXT_DUE;
 	}
+}
+
+/*
+ * After a commit, wake the workers. This runs in the last resource-release
+ * phase of the top-level commit rather than in the XACT_EVENT_COMMIT
+ * callback, because PostgreSQL sends the transaction's catalog invalidations
+ * (a REVOKE, a replaced handler) between the two: a worker woken earlier
+ * could claim the job and still see the old catalog. Locks are released by
+ * then too, so the worker never waits on ours.
+ */
+static void
+EnqueueReleaseCallback(ResourceReleasePhase phase, bool isCommit, bool isTopLevel, void *arg)
+{
+	if (phase != RESOURCE_RELEASE_AFTER_LOCKS || !isTopLevel)
+		return;
+	if (isCommit)
+	{
+		if (wake_due_at_commit)
+			VqWakeDatabase(MyDatabaseId, true, 0);
+		if (next_due_at_commit != VQ_NO_NEXT_DUE)
+			VqWakeDatabase(MyDatabaseId, false, next_due_at_commit);
+	}
+	wake_due_at_commit = false;
+	next_due_at_commit = VQ_NO_NEXT_DUE;
 }
 
 /* Remember that this transaction made a job due at scheduled_at: wake the workers at commit. */
@@ -153,6 +164,7 @@ VqNoteJobDue(TimestampTz scheduled_at)
 	if (!xact_callback_registered)
 	{
 		RegisterXactCallback(EnqueueXactCallback, NULL);
+		RegisterResourceReleaseCallback(EnqueueReleaseCallback, NULL);
 		xact_callback_registered = true;
 	}
 	if (scheduled_at <= GetCurrentTimestamp())

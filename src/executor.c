@@ -97,6 +97,7 @@ static MemoryContext cycle_context = NULL;
 static TimestampTz last_rescue = 0;
 static TimestampTz last_retention = 0;
 static TimestampTz last_progress_flush = 0;
+static bool startup_due_checked = false;
 
 /* The outbox relay's polling schedule: like a queue's, base 1 s, doubling to 4 s while idle. */
 #define RELAY_POLL_BASE_MS 1000
@@ -480,6 +481,19 @@ PollCycle(void)
 	{
 		FinishTransaction();
 		SetDatabaseState(VQ_DB_NO_EXTENSION);
+
+		/*
+		 * Look once more: a CREATE EXTENSION committed between the check and
+		 * the state change woke the launcher too early to be noticed.
+		 */
+		StartTransactionCommand();
+		if (OidIsValid(get_extension_oid("vq_job", true)))
+		{
+			CommitTransactionCommand();
+			SetDatabaseState(VQ_DB_STARTING);
+			return false;
+		}
+		CommitTransactionCommand();
 		ereport(LOG, (errmsg("vq_job executor %d: extension vq_job is not installed in this database; exiting",
 							 my_index)));
 		proc_exit(0);
@@ -508,10 +522,12 @@ PollCycle(void)
 
 	/* A known due time has passed: everything is worth a look, and the next one must be found. */
 	next_due = (TimestampTz) pg_atomic_read_u64(&VqMyDatabaseSlot->next_due);
-	if (next_due <= now)
+	if (next_due <= now || !startup_due_checked)
 	{
+		/* (at start too: jobs may have been enqueued before any executor could be told) */
 		PollAllNow(now);
 		PublishNextDue(VqEarliestFutureDue(now), now);
+		startup_due_checked = true;
 	}
 
 	registry = VqRegistryGet();

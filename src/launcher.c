@@ -225,6 +225,8 @@ ServeDatabase(LauncherDatabase *db)
 	{
 		slot->state = state = VQ_DB_STARTING;
 		slot->state_since = now;
+		/* executor 0 exited normally (no extension): restarting it now is no crash loop */
+		db->last_start[0] = 0;
 	}
 	LWLockRelease(VqShared->lock);
 

@@ -73,7 +73,7 @@ assert_sql() { # SQL WHAT
 # wait_for SQL TIMEOUT_SECS WHAT
 wait_for() {
     local sql="$1" timeout="${2:-10}" what="${3:-$1}" v="" deadline
-    deadline=$(($(date +%s%N) + $(awk -v t="$timeout" 'BEGIN { printf "%d", t * 1e9 }')))
+    deadline=$(($(date +%s%N) + $(awk -v t="$timeout" 'BEGIN { printf "%.0f", t * 1e9 }')))
     while :; do
         v="$(psql -XAtq -v ON_ERROR_STOP=1 -c "$sql" 2>&1)" || v="(error) $v"
         [[ "$v" == t ]] && return 0
@@ -87,7 +87,7 @@ wait_for() {
 # assert_stays SQL SECS WHAT
 assert_stays() {
     local sql="$1" secs="$2" what="$3" first v deadline
-    deadline=$(($(date +%s%N) + $(awk -v t="$secs" 'BEGIN { printf "%d", t * 1e9 }')))
+    deadline=$(($(date +%s%N) + $(awk -v t="$secs" 'BEGIN { printf "%.0f", t * 1e9 }')))
     first="$(q "$sql")" || fail "$what: query failed: $sql"
     while (($(date +%s%N) < deadline)); do
         sleep "$VQ_WAIT_POLL_SECS"
