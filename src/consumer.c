@@ -28,6 +28,7 @@
 #include "utils/uuid.h"
 
 #include "executor.h"
+#include "spi_util.h"
 #include "registry.h"
 #include "vq_job.h"
 
@@ -40,27 +41,13 @@ static SPIPlanPtr job_plan = NULL;
 static SPIPlanPtr grant_plan = NULL;
 static SPIPlanPtr pull_plan = NULL;
 
-/* Prepare (once) and keep a plan. */
-static SPIPlanPtr
-Keep(SPIPlanPtr *plan, const char *sql, int nargs, Oid *types)
-{
-	if (*plan == NULL)
-	{
-		*plan = SPI_prepare(sql, nargs, types);
-		if (*plan == NULL)
-			elog(ERROR, "vq_job: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-		SPI_keepplan(*plan);
-	}
-	return *plan;
-}
-
 /* Is the caller a consumer granted for this handler? */
 static bool
 GrantedConsumer(Oid caller, const char *handler)
 {
 	Datum		arg = CStringGetTextDatum(handler);
 
-	if (SPI_execute_plan(Keep(&grant_plan,
+	if (SPI_execute_plan(VqKeepPlan(&grant_plan,
 							  "SELECT grantee FROM vq.consumer_grant WHERE handler OPERATOR(pg_catalog.=) $1",
 							  1, (Oid[]) {TEXTOID}),
 						 &arg, NULL, true, 0) != SPI_OK_SELECT)
@@ -89,7 +76,7 @@ LoadJobForConsumer(pg_uuid_t *id, Oid caller, char **state, bool *external)
 	VqJob	   *job;
 	bool		isnull;
 
-	if (SPI_execute_plan(Keep(&job_plan,
+	if (SPI_execute_plan(VqKeepPlan(&job_plan,
 							  "SELECT execution_id, job_id, handler, handler_address, queue, attempt_number,"
 							  " max_attempts, enqueued_by, state::pg_catalog.text, worker_pid IS NULL"
 							  " FROM vq.job WHERE execution_id OPERATOR(pg_catalog.=) $1 FOR UPDATE",
@@ -212,7 +199,6 @@ vq_fail(PG_FUNCTION_ARGS)
 Datum
 vq_pull(PG_FUNCTION_ARGS)
 {
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	Oid			caller = GetUserId();
 	VqRegistry *registry = VqRegistryGet();
 	VqHandler  *handler;
@@ -221,7 +207,6 @@ vq_pull(PG_FUNCTION_ARGS)
 	VqSavedUser saved;
 	TupleDesc	desc;
 	Tuplestorestate *store;
-	MemoryContext old;
 	Datum		values[4];
 
 	if (PG_ARGISNULL(0))
@@ -247,18 +232,7 @@ vq_pull(PG_FUNCTION_ARGS)
 				 errmsg("handler \"%s\" is a function handler: its jobs are run by the background workers",
 						handler_name)));
 
-	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) || !(rsinfo->allowedModes & SFRM_Materialize))
-		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						errmsg("vq_pull() must be called in a context that accepts a set")));
-	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "vq_pull must return a composite type");
-	old = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
-	desc = CreateTupleDescCopy(desc);
-	store = tuplestore_begin_heap(true, false, work_mem);
-	rsinfo->returnMode = SFRM_Materialize;
-	rsinfo->setResult = store;
-	rsinfo->setDesc = desc;
-	MemoryContextSwitchTo(old);
+	store = VqMaterializeResult(fcinfo, &desc);
 
 	VqBecomeOwner(registry, &saved);
 	if (SPI_connect() != SPI_OK_CONNECT)
@@ -267,7 +241,7 @@ vq_pull(PG_FUNCTION_ARGS)
 	values[1] = Int32GetDatum(max_jobs);
 	values[2] = ObjectIdGetDatum(caller);
 	values[3] = BoolGetDatum(GrantedConsumer(caller, handler_name));
-	if (SPI_execute_plan(Keep(&pull_plan,
+	if (SPI_execute_plan(VqKeepPlan(&pull_plan,
 							  "WITH claimed AS ("
 							  " UPDATE vq.job j SET state = 'RUNNING',"
 							  "  started_at = CASE WHEN c.was OPERATOR(pg_catalog.=) 'ENQUEUED'::vq.job_state"
@@ -324,7 +298,7 @@ vq_job_payload(PG_FUNCTION_ARGS)
 	VqBecomeOwner(registry, &saved);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "vq_job: SPI_connect failed");
-	if (SPI_execute_plan(Keep(&payload_plan,
+	if (SPI_execute_plan(VqKeepPlan(&payload_plan,
 							  "SELECT payload, enqueued_by, handler FROM vq.job"
 							  " WHERE execution_id OPERATOR(pg_catalog.=) $1",
 							  1, (Oid[]) {UUIDOID}),

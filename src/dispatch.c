@@ -199,21 +199,43 @@ CheckRunPrivileges(VqJob *job, HandlerFunction *hf)
 						GetUserNameFromId(job->enqueued_by, false), job->address)));
 }
 
+/*
+ * Run user code as role: SECURITY_RESTRICTED_OPERATION (no role change, no
+ * temporary objects that outlive it), at a new GUC nest level with search_path
+ * = vq.handler_search_path + pg_temp. Returns the nest level for VqLeaveUserRole.
+ */
+int
+VqEnterUserRole(Oid role, VqSavedUser *saved)
+{
+	int			nestlevel;
+
+	GetUserIdAndSecContext(&saved->userid, &saved->sec_context);
+	SetUserIdAndSecContext(role, saved->sec_context | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
+	nestlevel = NewGUCNestLevel();
+	(void) set_config_option("search_path", psprintf("%s, pg_temp", vq_handler_search_path),
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	return nestlevel;
+}
+
+/* Back from user code: whatever it SET (even without LOCAL) ends with it; restore the user. */
+void
+VqLeaveUserRole(int nestlevel, VqSavedUser *saved)
+{
+	AtEOXact_GUC(false, nestlevel);
+	SetUserIdAndSecContext(saved->userid, saved->sec_context);
+}
+
 /* Call the handler (inside the subtransaction, as the enqueuing role). */
 static void
 CallHandler(VqJob *job, HandlerFunction *hf)
 {
 	LOCAL_FCINFO(fcinfo, 2);
-	char	   *search_path;
 
 	if (hf->nargs != 1 && hf->nargs != 2)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_FUNCTION_DEFINITION),
 				 errmsg("handler function %s must take (jsonb) or (jsonb, vq.job_context)", job->address)));
 
-	search_path = psprintf("%s, pg_temp", vq_handler_search_path);
-	(void) set_config_option("search_path", search_path, PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
 	VqBindContext(job->metadata);
 
 	InitFunctionCallInfoData(*fcinfo, &hf->flinfo, hf->nargs, InvalidOid, NULL, NULL);
@@ -244,8 +266,6 @@ VqRunFunctionHandler(VqJob *job, VqOutcome *outcome)
 	MemoryContext caller_context = CurrentMemoryContext;
 	ResourceOwner caller_owner = CurrentResourceOwner;
 	TimestampTz start = GetCurrentTimestamp();
-	Oid			save_userid;
-	int			save_sec_context;
 
 	memset(outcome, 0, sizeof(VqOutcome));
 
@@ -266,13 +286,13 @@ VqRunFunctionHandler(VqJob *job, VqOutcome *outcome)
 	enable_timeout_every(watch_timeout, TimestampTzPlusMilliseconds(start, WATCH_INTERVAL_MS),
 						 WATCH_INTERVAL_MS);
 
-	GetUserIdAndSecContext(&save_userid, &save_sec_context);
 	CommandCounterIncrement();
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(caller_context);
 	PG_TRY();
 	{
 		HandlerFunction *hf;
+		VqSavedUser as_user;
 		int			nestlevel;
 
 		/*
@@ -284,13 +304,9 @@ VqRunFunctionHandler(VqJob *job, VqOutcome *outcome)
 		hf = ResolveFunction(job->address);
 
 		CheckRunPrivileges(job, hf);
-		SetUserIdAndSecContext(job->enqueued_by,
-							   save_sec_context | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
-		nestlevel = NewGUCNestLevel();
+		nestlevel = VqEnterUserRole(job->enqueued_by, &as_user);
 		CallHandler(job, hf);
-		/* whatever the handler SET (even without LOCAL) ends with it */
-		AtEOXact_GUC(false, nestlevel);
-		SetUserIdAndSecContext(save_userid, save_sec_context);
+		VqLeaveUserRole(nestlevel, &as_user);
 
 		outcome->wrote = TransactionIdIsValid(GetCurrentTransactionIdIfAny());
 		ReleaseCurrentSubTransaction();

@@ -37,6 +37,7 @@
 #include "enqueue.h"
 #include "registry.h"
 #include "shmem.h"
+#include "spi_util.h"
 #include "vq_job.h"
 
 PG_FUNCTION_INFO_V1(vq_enqueue);
@@ -105,22 +106,6 @@ static SPIPlanPtr holder_many_plan = NULL;
 static bool xact_callback_registered = false;
 static bool wake_due_at_commit = false;
 static TimestampTz next_due_at_commit = VQ_NO_NEXT_DUE;
-
-/* Prepare (once) and keep an SPI plan. */
-static SPIPlanPtr
-KeepPlan(SPIPlanPtr *plan, const char *sql, int nargs, const Oid *types)
-{
-	if (*plan == NULL)
-	{
-		SPIPlanPtr	p = SPI_prepare(sql, nargs, (Oid *) types);
-
-		if (p == NULL)
-			elog(ERROR, "vq_job: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-		SPI_keepplan(p);
-		*plan = p;
-	}
-	return *plan;
-}
 
 /* Forget what this transaction enqueued (abort, or PREPARE: the next poll finds those jobs). */
 static void
@@ -386,7 +371,7 @@ InsertOne(const JobSpec *spec, Datum payload, bool payload_null, text *job_id)
 		char	   *uuid_text = DatumGetCString(DirectFunctionCall1(uuid_out, values[0]));
 
 		values[1] = PointerGetDatum(cstring_to_text(psprintf("delayed-%s", uuid_text)));
-		RunWrite(KeepPlan(&insert_one_plan, "INSERT INTO vq.job " JOB_COLUMNS ONE_VALUES,
+		RunWrite(VqKeepPlan(&insert_one_plan, "INSERT INTO vq.job " JOB_COLUMNS ONE_VALUES,
 						  NPARAMS, one_types),
 				 values, nulls, SPI_OK_INSERT);
 		result = values[0];
@@ -407,7 +392,7 @@ InsertOne(const JobSpec *spec, Datum payload, bool payload_null, text *job_id)
 			if (tries >= 100)
 				elog(ERROR, "vq_job: could not settle job_id \"%s\" after %d tries",
 					 text_to_cstring(job_id), tries);
-			RunWrite(KeepPlan(&insert_one_idempotent_plan,
+			RunWrite(VqKeepPlan(&insert_one_idempotent_plan,
 							  "INSERT INTO vq.job " JOB_COLUMNS ONE_VALUES ON_ACTIVE_CONFLICT
 							  " RETURNING execution_id", NPARAMS, one_types),
 					 values, nulls, SPI_OK_INSERT_RETURNING);
@@ -416,7 +401,7 @@ InsertOne(const JobSpec *spec, Datum payload, bool payload_null, text *job_id)
 				result = values[0];
 				break;
 			}
-			if (SPI_execute_plan(KeepPlan(&holder_one_plan,
+			if (SPI_execute_plan(VqKeepPlan(&holder_one_plan,
 										  "SELECT execution_id, enqueued_by FROM vq.job"
 										  " WHERE job_id OPERATOR(pg_catalog.=) $1 AND " ACTIVE_STATES,
 										  1, (Oid[]) {TEXTOID}),
@@ -500,7 +485,7 @@ FillHolders(ArrayType *job_ids, Datum *ids, int n, Oid caller)
 	int			nkeys;
 	Datum		arg = PointerGetDatum(job_ids);
 
-	if (SPI_execute_plan(KeepPlan(&holder_many_plan,
+	if (SPI_execute_plan(VqKeepPlan(&holder_many_plan,
 								  "SELECT job_id, execution_id, enqueued_by FROM vq.job"
 								  " WHERE job_id OPERATOR(pg_catalog.=) ANY ($1) AND " ACTIVE_STATES,
 								  1, (Oid[]) {TEXTARRAYOID}),
@@ -614,7 +599,7 @@ vq_enqueue_many(PG_FUNCTION_ARGS)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "vq_job: SPI_connect failed");
 	if (job_ids == NULL)
-		RunWrite(KeepPlan(&insert_many_plan, "INSERT INTO vq.job " JOB_COLUMNS MANY_SELECT,
+		RunWrite(VqKeepPlan(&insert_many_plan, "INSERT INTO vq.job " JOB_COLUMNS MANY_SELECT,
 						  NPARAMS, many_types),
 				 values, nulls, SPI_OK_INSERT);
 	else
@@ -624,7 +609,7 @@ vq_enqueue_many(PG_FUNCTION_ARGS)
 			CHECK_FOR_INTERRUPTS();
 			if (tries >= 100)
 				elog(ERROR, "vq_job: could not settle the batch's job_ids after %d tries", tries);
-			RunWrite(KeepPlan(&insert_many_idempotent_plan,
+			RunWrite(VqKeepPlan(&insert_many_idempotent_plan,
 							  "INSERT INTO vq.job " JOB_COLUMNS MANY_SELECT
 							  /* a fixed order: two batches sharing new ids cannot deadlock */
 							  " ORDER BY u.j COLLATE pg_catalog.\"C\"" ON_ACTIVE_CONFLICT,

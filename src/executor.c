@@ -57,6 +57,7 @@
 
 #include "executor.h"
 #include "launcher.h"
+#include "spi_util.h"
 #include "vq_job.h"
 
 PGDLLEXPORT void vq_executor_main(Datum arg);
@@ -356,26 +357,6 @@ ClaimJobs(VqQueue *queue, int n, TimestampTz now)
 	return jobs;
 }
 
-/* Finish the open transaction (and its SPI connection). */
-static void
-FinishTransaction(void)
-{
-	SPI_finish();
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-}
-
-/* Start a transaction with a snapshot and an SPI connection. */
-static void
-BeginTransaction(void)
-{
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "vq_job: SPI_connect failed");
-}
-
 /* Run a job claimed visibly (RUNNING committed) in its own transaction and record the outcome. */
 static void
 RunClaimedJob(VqJob *job, VqQueue *queue)
@@ -383,7 +364,7 @@ RunClaimedJob(VqJob *job, VqQueue *queue)
 	VqOutcome	outcome;
 	TimestampTz now;
 
-	BeginTransaction();
+	VqBeginTransaction();
 	VqRunFunctionHandler(job, &outcome);
 	NoteDuration(job->handler, outcome.duration_us);
 	now = GetCurrentTimestamp();
@@ -392,7 +373,7 @@ RunClaimedJob(VqJob *job, VqQueue *queue)
 	else
 		VqPersistFailure(job, &outcome, queue, now);
 	VqFlushJobLogs(job);
-	FinishTransaction();
+	VqCommitTransaction();
 }
 
 /*
@@ -475,11 +456,11 @@ PollCycle(void)
 	int			i = 0;
 
 	MemoryContextReset(cycle_context);
-	BeginTransaction();
+	VqBeginTransaction();
 
 	if (!OidIsValid(get_extension_oid("vq_job", true)))
 	{
-		FinishTransaction();
+		VqCommitTransaction();
 		SetDatabaseState(VQ_DB_NO_EXTENSION);
 
 		/*
@@ -540,7 +521,7 @@ PollCycle(void)
 		{
 			relay_delay_ms = RELAY_POLL_BASE_MS;
 			relay_next_poll = now;
-			FinishTransaction();
+			VqCommitTransaction();
 			return true;
 		}
 		relay_next_poll = TimestampTzPlusMilliseconds(now, relay_delay_ms);
@@ -591,7 +572,7 @@ PollCycle(void)
 		visible = RunBatch(jobs, queue);
 		visible_queue = queue;
 	}
-	FinishTransaction();
+	VqCommitTransaction();
 
 	if (visible != NULL)
 	{

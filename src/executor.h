@@ -64,6 +64,8 @@ extern VqExecutorSlot *VqMyExecutorSlot;
 extern void VqDispatchInit(void);
 extern void VqRunFunctionHandler(VqJob *job, VqOutcome *outcome);
 extern void VqDispatchNotify(VqJob *job, const char *channel);
+extern int	VqEnterUserRole(Oid role, VqSavedUser *saved);
+extern void VqLeaveUserRole(int nestlevel, VqSavedUser *saved);
 
 /* outcome.c: each runs inside the caller's transaction, connected to SPI */
 extern void VqPersistCompleted(List *jobs, List *outcomes, TimestampTz now);

@@ -30,6 +30,7 @@
 
 #include "executor.h"
 #include "registry.h"
+#include "spi_util.h"
 #include "vq_job.h"
 
 PG_FUNCTION_INFO_V1(vq_log);
@@ -255,25 +256,11 @@ vq_job_cancelled(PG_FUNCTION_ARGS)
 Datum
 vq_running_jobs(PG_FUNCTION_ARGS)
 {
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	TupleDesc	desc;
 	Tuplestorestate *store;
-	MemoryContext old;
 	VqDatabaseSlot *slot;
 
-	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) || !(rsinfo->allowedModes & SFRM_Materialize))
-		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						errmsg("vq_running_jobs() must be called in a context that accepts a set")));
-	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "vq_running_jobs must return a composite type");
-
-	old = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
-	desc = CreateTupleDescCopy(desc);
-	store = tuplestore_begin_heap(true, false, work_mem);
-	rsinfo->returnMode = SFRM_Materialize;
-	rsinfo->setResult = store;
-	rsinfo->setDesc = desc;
-	MemoryContextSwitchTo(old);
+	store = VqMaterializeResult(fcinfo, &desc);
 
 	LWLockAcquire(VqShared->lock, LW_SHARED);
 	slot = VqFindDatabaseSlot(MyDatabaseId);

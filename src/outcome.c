@@ -23,6 +23,7 @@
 #include "backoff.h"
 #include "enqueue.h"
 #include "executor.h"
+#include "spi_util.h"
 #include "vq_job.h"
 
 static SPIPlanPtr completed_plan = NULL;
@@ -31,22 +32,6 @@ static SPIPlanPtr running_plan = NULL;
 static SPIPlanPtr orphans_plan = NULL;
 static SPIPlanPtr next_due_plan = NULL;
 static SPIPlanPtr progress_plan = NULL;
-
-/* Prepare (once) and keep a plan. */
-static SPIPlanPtr
-KeptPlan(SPIPlanPtr *plan, const char *sql, int nargs, Oid *types)
-{
-	if (*plan == NULL)
-	{
-		SPIPlanPtr	p = SPI_prepare(sql, nargs, types);
-
-		if (p == NULL)
-			elog(ERROR, "vq_job: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-		SPI_keepplan(p);
-		*plan = p;
-	}
-	return *plan;
-}
 
 /* Run a kept plan that writes, expecting the given result. */
 static void
@@ -108,7 +93,7 @@ VqPersistCompleted(List *jobs, List *outcomes, TimestampTz now)
 	values[4] = ProgressArray(outcomes, 1);
 	values[5] = ProgressArray(outcomes, 2);
 
-	Write(KeptPlan(&completed_plan,
+	Write(VqKeepPlan(&completed_plan,
 			   "WITH done AS ("
 			   " UPDATE vq.job j SET state = 'COMPLETED', finished_at = $2, updated_at = $2,"
 			   "  last_error = NULL, worker_pid = NULL, worker_started_at = NULL,"
@@ -163,7 +148,7 @@ VqPersistFailure(VqJob *job, VqOutcome *outcome, VqQueue *queue, TimestampTz now
 	values[8] = CStringGetTextDatum(outcome->kind == VQ_OUTCOME_ABANDONED ? "ABANDONED" : "FAILED");
 	values[9] = CStringGetTextDatum(job->running ? "RUNNING" : "ENQUEUED");
 
-	Write(KeptPlan(&finish_plan,
+	Write(VqKeepPlan(&finish_plan,
 			   "WITH j AS ("
 			   " UPDATE vq.job SET state = $2::vq.job_state, attempt_number = $3,"
 			   "  scheduled_at = CASE WHEN $2 OPERATOR(pg_catalog.=) 'ENQUEUED' THEN coalesce($4, scheduled_at)"
@@ -199,7 +184,7 @@ VqPersistRunning(VqJob *job, bool external, TimestampTz now)
 	if (external)
 		nulls[2] = nulls[3] = 'n';
 
-	Write(KeptPlan(&running_plan,
+	Write(VqKeepPlan(&running_plan,
 			   "WITH j AS ("
 			   " UPDATE vq.job SET state = 'RUNNING', started_at = $2, updated_at = $2,"
 			   "  worker_pid = $3, worker_started_at = $4"
@@ -248,7 +233,7 @@ VqRescueOrphans(TimestampTz now)
 	values[0] = TimestampTzGetDatum(vq_execution_timeout_ms > 0
 									? TimestampTzPlusMilliseconds(now, -(int64) vq_execution_timeout_ms)
 									: DT_NOBEGIN);
-	if (SPI_execute_plan(KeptPlan(&orphans_plan,
+	if (SPI_execute_plan(VqKeepPlan(&orphans_plan,
 							  "SELECT execution_id, attempt_number, max_attempts, queue, worker_pid, worker_started_at"
 							  " FROM vq.job"
 							  " WHERE state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state"
@@ -302,7 +287,7 @@ VqEarliestFutureDue(TimestampTz now)
 	bool		isnull;
 	Datum		d;
 
-	if (SPI_execute_plan(KeptPlan(&next_due_plan,
+	if (SPI_execute_plan(VqKeepPlan(&next_due_plan,
 							  "SELECT pg_catalog.min(scheduled_at) FROM vq.job"
 							  " WHERE state OPERATOR(pg_catalog.=) 'ENQUEUED'::vq.job_state"
 							  " AND scheduled_at OPERATOR(pg_catalog.>) $1",
@@ -352,7 +337,7 @@ VqFlushProgress(void)
 	values[1] = PointerGetDatum(construct_array(totals, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 	values[2] = PointerGetDatum(construct_array(succeeded, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 	values[3] = PointerGetDatum(construct_array(failed, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-	Write(KeptPlan(&progress_plan,
+	Write(VqKeepPlan(&progress_plan,
 				   "UPDATE vq.job j SET progress_total = u.t, progress_succeeded = u.s, progress_failed = u.f"
 				   " FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3),"
 				   "                 pg_catalog.unnest($4)) AS u(e, t, s, f)"
@@ -373,7 +358,7 @@ VqExternalInFlight(VqQueue *queue)
 	static SPIPlanPtr inflight_plan = NULL;
 	bool		isnull;
 
-	if (SPI_execute_plan(KeptPlan(&inflight_plan,
+	if (SPI_execute_plan(VqKeepPlan(&inflight_plan,
 								  "SELECT pg_catalog.count(*)::pg_catalog.int4 FROM vq.job"
 								  " WHERE state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state AND worker_pid IS NULL"
 								  " AND queue OPERATOR(pg_catalog.=) $1",

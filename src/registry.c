@@ -27,6 +27,7 @@
 #include "utils/snapmgr.h"
 
 #include "registry.h"
+#include "spi_util.h"
 
 PG_FUNCTION_INFO_V1(vq_registry_changed);
 
@@ -73,22 +74,6 @@ vq_registry_changed(PG_FUNCTION_ARGS)
 				 errmsg("vq.registry_changed() must be called as a trigger")));
 	CacheInvalidateRelcache(trigdata->tg_relation);
 	return PointerGetDatum(NULL);
-}
-
-/* Prepare (once) and keep an SPI plan. */
-static SPIPlanPtr
-KeepPlan(SPIPlanPtr *plan, const char *sql)
-{
-	if (*plan == NULL)
-	{
-		SPIPlanPtr	p = SPI_prepare(sql, 0, NULL);
-
-		if (p == NULL)
-			elog(ERROR, "vq_job: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-		SPI_keepplan(p);
-		*plan = p;
-	}
-	return *plan;
 }
 
 /* Run a kept read-only plan with the latest snapshot. */
@@ -156,10 +141,10 @@ NameHash(const char *what, Size entrysize)
 static void
 LoadQueues(VqRegistry *reg)
 {
-	RunLatest(KeepPlan(&queue_plan,
+	RunLatest(VqKeepPlan(&queue_plan,
 					   "SELECT name, sleep_delay_ms, max_concurrent_jobs, backoff_strategy,"
 					   " backoff_base_delay_ms, backoff_max_delay_ms, instances, paused"
-					   " FROM vq.queue"));
+					   " FROM vq.queue", 0, NULL));
 	reg->queue_hash = NameHash("vq_job queues", sizeof(VqQueue));
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
@@ -187,7 +172,7 @@ LoadQueues(VqRegistry *reg)
 static void
 LoadHandlers(VqRegistry *reg)
 {
-	RunLatest(KeepPlan(&handler_plan,
+	RunLatest(VqKeepPlan(&handler_plan,
 					   "SELECT h.name, h.kind OPERATOR(pg_catalog.=) 'function', h.fn::pg_catalog.oid,"
 					   " h.takes_context, h.channel, h.address,"
 					   " coalesce(o.queue, h.queue, 'default'),"
@@ -195,7 +180,7 @@ LoadHandlers(VqRegistry *reg)
 					   " coalesce(o.max_attempts, h.max_attempts, 3)"
 					   " FROM vq.handler h"
 					   " LEFT JOIN vq.contract_override o ON o.handler OPERATOR(pg_catalog.=) h.name"
-					   " ORDER BY h.name COLLATE pg_catalog.\"C\""));
+					   " ORDER BY h.name COLLATE pg_catalog.\"C\"", 0, NULL));
 	reg->handler_hash = NameHash("vq_job handlers", sizeof(VqHandler));
 	reg->nhandlers = (int) SPI_processed;
 	reg->handlers = MemoryContextAlloc(registry_context,
@@ -230,7 +215,7 @@ LoadHandlers(VqRegistry *reg)
 static void
 LoadDestinations(VqRegistry *reg)
 {
-	RunLatest(KeepPlan(&destination_plan, "SELECT type, fn::pg_catalog.oid FROM vq.destination"));
+	RunLatest(VqKeepPlan(&destination_plan, "SELECT type, fn::pg_catalog.oid FROM vq.destination", 0, NULL));
 	reg->destination_hash = NameHash("vq_job destinations", sizeof(VqDestination));
 	reg->ndestinations = (int) SPI_processed;
 	for (uint64 i = 0; i < SPI_processed; i++)
@@ -249,13 +234,13 @@ LoadOwner(VqRegistry *reg)
 {
 	bool		isnull;
 
-	RunLatest(KeepPlan(&owner_plan,
+	RunLatest(VqKeepPlan(&owner_plan, 
 					   "SELECT e.extowner, 'vq.handler'::pg_catalog.regclass::pg_catalog.oid,"
 					   " 'vq.contract_override'::pg_catalog.regclass::pg_catalog.oid,"
 					   " 'vq.queue'::pg_catalog.regclass::pg_catalog.oid,"
 					   " 'vq.destination'::pg_catalog.regclass::pg_catalog.oid"
 					   " FROM pg_catalog.pg_extension e"
-					   " WHERE e.extname OPERATOR(pg_catalog.=) 'vq_job'"));
+					   " WHERE e.extname OPERATOR(pg_catalog.=) 'vq_job'", 0, NULL));
 	if (SPI_processed != 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),

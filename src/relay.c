@@ -42,6 +42,7 @@
 #include "compat.h"
 #include "enqueue.h"
 #include "executor.h"
+#include "spi_util.h"
 #include "vq_job.h"
 
 /* Backoff of retryable / unresolvable rows: 1 s doubling per attempt, at most 5 minutes. */
@@ -82,20 +83,6 @@ static SPIPlanPtr published_plan = NULL;
 static SPIPlanPtr retry_plan = NULL;
 static SPIPlanPtr failed_plan = NULL;
 static Oid	publish_result_type = InvalidOid;
-
-/* Prepare (once) and keep a plan. */
-static SPIPlanPtr
-Keep(SPIPlanPtr *plan, const char *sql, int nargs, Oid *types)
-{
-	if (*plan == NULL)
-	{
-		*plan = SPI_prepare(sql, nargs, types);
-		if (*plan == NULL)
-			elog(ERROR, "vq_job: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-		SPI_keepplan(*plan);
-	}
-	return *plan;
-}
 
 /* A text[] of the registry's dispatchable targets, or of its destination types. */
 static Datum
@@ -233,8 +220,7 @@ static RelayResult
 DeliverCustom(VqRegistry *registry, OutboxRow *row, char **message)
 {
 	VqDestination *dest = VqLookupDestination(registry, row->type);
-	Oid			save_userid;
-	int			save_sec_context;
+	VqSavedUser as_user;
 	Datum		result;
 	HeapTupleHeader rec;
 	HeapTupleData tuple;
@@ -256,17 +242,11 @@ DeliverCustom(VqRegistry *registry, OutboxRow *row, char **message)
 	if (!OidIsValid(publish_result_type))
 		publish_result_type = DatumGetObjectId(DirectFunctionCall1(regtypein, CStringGetDatum("vq.publish_result")));
 
-	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	SetUserIdAndSecContext(row->published_by,
-						   save_sec_context | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
-	nestlevel = NewGUCNestLevel();
-	(void) set_config_option("search_path", psprintf("%s, pg_temp", vq_handler_search_path),
-							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	nestlevel = VqEnterUserRole(row->published_by, &as_user);
 	result = OidFunctionCall4(dest->fn, CStringGetTextDatum(row->destination),
 							  row->payload ? row->payload : DirectFunctionCall1(jsonb_in, CStringGetDatum("null")),
 							  JsonbPGetDatum(row->headers), JsonbPGetDatum(row->metadata));
-	AtEOXact_GUC(false, nestlevel);
-	SetUserIdAndSecContext(save_userid, save_sec_context);
+	VqLeaveUserRole(nestlevel, &as_user);
 
 	rec = DatumGetHeapTupleHeader(result);
 	desc = lookup_rowtype_tupdesc(publish_result_type, -1);
@@ -343,7 +323,7 @@ RecordUndelivered(OutboxRow *row, RelayResult result, const char *message, Times
 	values[2] = TimestampTzGetDatum(now);
 	if (result == RELAY_PERMANENT)
 	{
-		if (SPI_execute_plan(Keep(&failed_plan,
+		if (SPI_execute_plan(VqKeepPlan(&failed_plan,
 								  "UPDATE vq.outbox SET status = 'FAILED', attempts = attempts OPERATOR(pg_catalog.+) 1,"
 								  " last_error = $2, updated_at = $3, next_attempt_at = NULL"
 								  " WHERE id OPERATOR(pg_catalog.=) $1",
@@ -357,7 +337,7 @@ RecordUndelivered(OutboxRow *row, RelayResult result, const char *message, Times
 		int64		delay = Min((int64) RELAY_BACKOFF_BASE_MS << shift, RELAY_BACKOFF_MAX_MS);
 
 		values[3] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now, delay));
-		if (SPI_execute_plan(Keep(&retry_plan,
+		if (SPI_execute_plan(VqKeepPlan(&retry_plan,
 								  "UPDATE vq.outbox SET attempts = attempts OPERATOR(pg_catalog.+) 1,"
 								  " last_error = $2, updated_at = $3, next_attempt_at = $4"
 								  " WHERE id OPERATOR(pg_catalog.=) $1",
@@ -385,7 +365,7 @@ VqRelayBatch(VqRegistry *registry, int limit, TimestampTz now)
 	values[1] = NameArray(registry, true);
 	values[2] = NameArray(registry, false);
 	values[3] = Int32GetDatum(limit);
-	if (SPI_execute_plan(Keep(&claim_plan,
+	if (SPI_execute_plan(VqKeepPlan(&claim_plan,
 							  "SELECT id, destination_type, destination, payload, headers, metadata, scheduled_at,"
 							  " attempts, published_by,"
 							  " metadata #>> '{delivery,delayedJob,queue}',"
@@ -426,7 +406,7 @@ VqRelayBatch(VqRegistry *registry, int limit, TimestampTz now)
 
 		args[0] = PointerGetDatum(construct_array(published, npublished, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 		args[1] = TimestampTzGetDatum(GetCurrentTimestamp());
-		if (SPI_execute_plan(Keep(&published_plan,
+		if (SPI_execute_plan(VqKeepPlan(&published_plan,
 								  "UPDATE vq.outbox SET status = 'PUBLISHED', attempts = attempts OPERATOR(pg_catalog.+) 1,"
 								  " published_at = $2, updated_at = $2, last_error = NULL"
 								  " WHERE id OPERATOR(pg_catalog.=) ANY ($1)",

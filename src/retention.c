@@ -18,6 +18,7 @@
 #include "utils/timestamp.h"
 
 #include "executor.h"
+#include "spi_util.h"
 #include "vq_job.h"
 
 #define RETENTION_BATCH 1000
@@ -107,18 +108,12 @@ VqRunRetention(void)
 		uint64		deleted;
 
 		CHECK_FOR_INTERRUPTS();
-		SetCurrentStatementStartTimestamp();
-		StartTransactionCommand();
-		PushActiveSnapshot(GetTransactionSnapshot());
-		if (SPI_connect() != SPI_OK_CONNECT)
-			elog(ERROR, "vq_job: SPI_connect failed");
+		VqBeginTransaction();
 		deleted = DeleteBatch(now - (TimestampTz) Max(vq_retention_finished_s, 0) * USECS_PER_SEC,
 							  now - (TimestampTz) Max(vq_retention_dead_letter_s, 0) * USECS_PER_SEC);
 		if (vq_retention_finished_s >= 0)
 			deleted += DeletePublished(now - (TimestampTz) vq_retention_finished_s * USECS_PER_SEC);
-		SPI_finish();
-		PopActiveSnapshot();
-		CommitTransactionCommand();
+		VqCommitTransaction();
 		if (deleted < RETENTION_BATCH ||
 			TimestampDifferenceExceeds(start, GetCurrentTimestamp(), RETENTION_BUDGET_MS))
 			break;

@@ -1,0 +1,73 @@
+/*
+ * spi_util.c: small helpers every SPI user in vq_job shares: kept plans,
+ * worker transactions, and materialized set-returning results.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/snapmgr.h"
+
+#include "spi_util.h"
+
+/* Prepare a plan the first time (into *plan) and keep it for the life of the backend. */
+SPIPlanPtr
+VqKeepPlan(SPIPlanPtr *plan, const char *sql, int nargs, const Oid *types)
+{
+	if (*plan == NULL)
+	{
+		SPIPlanPtr	p = SPI_prepare(sql, nargs, (Oid *) types);
+
+		if (p == NULL)
+			elog(ERROR, "vq_job: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+		SPI_keepplan(p);
+		*plan = p;
+	}
+	return *plan;
+}
+
+/* Worker side: start a transaction with a snapshot and an SPI connection. */
+void
+VqBeginTransaction(void)
+{
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "vq_job: SPI_connect failed");
+}
+
+/* Worker side: finish the transaction VqBeginTransaction started. */
+void
+VqCommitTransaction(void)
+{
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+}
+
+/* Set-returning function in materialize mode: the tuplestore to fill and its descriptor. */
+Tuplestorestate *
+VqMaterializeResult(FunctionCallInfo fcinfo, TupleDesc *desc)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	MemoryContext old;
+	Tuplestorestate *store;
+
+	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) || !(rsinfo->allowedModes & SFRM_Materialize))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("set-valued function called in context that cannot accept a set")));
+	if (get_call_result_type(fcinfo, NULL, desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+
+	old = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
+	*desc = CreateTupleDescCopy(*desc);
+	store = tuplestore_begin_heap(true, false, work_mem);
+	rsinfo->returnMode = SFRM_Materialize;
+	rsinfo->setResult = store;
+	rsinfo->setDesc = *desc;
+	MemoryContextSwitchTo(old);
+	return store;
+}
