@@ -982,6 +982,9 @@ AS $$
 DECLARE
     p record;
 BEGIN
+    IF fn IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'VQ105', MESSAGE = 'destination function must not be null';
+    END IF;
     IF type IS NULL OR type !~ '^[a-zA-Z0-9._-]{1,128}$' OR type IN ('DELAYED_JOB', 'NOTIFY') THEN
         RAISE EXCEPTION USING ERRCODE = 'VQ105',
             MESSAGE = format('destination type %s: must match ^[a-zA-Z0-9._-]{1,128}$ and not be DELAYED_JOB or NOTIFY',

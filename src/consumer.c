@@ -27,6 +27,7 @@
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
+#include "enqueue.h"
 #include "executor.h"
 #include "spi_util.h"
 #include "registry.h"
@@ -159,6 +160,8 @@ Reply(FunctionCallInfo fcinfo, const char *error, int attempt_arg)
 			VqPersistFailure(job, &outcome, VqLookupQueue(registry, job->queue), GetCurrentTimestamp());
 		}
 		accepted = true;
+		/* the reply frees the queue's capacity: let the executors announce the next job at commit */
+		VqNoteJobDue(GetCurrentTimestamp());
 	}
 	SPI_finish();
 	VqRestoreUser(&saved);
@@ -188,13 +191,14 @@ vq_fail(PG_FUNCTION_ARGS)
 }
 
 /*
- * vq_pull(handler, max_jobs): claim up to max_jobs jobs of a NOTIFY handler
- * for the calling consumer and return them: jobs the executors announced that
- * no consumer has taken yet, and due ENQUEUED ones (they become RUNNING with
- * one CLAIMED transition). A notification only announces a job; taking it is
- * this claim, so two consumers never both get it, and jobs announced while no
- * consumer listened are found. A granted consumer gets any job of the
- * handler; anyone else only the jobs of roles it is a member of.
+ * vq_pull(handler, max_jobs): take up to max_jobs jobs of a NOTIFY handler
+ * that the executors announced and no consumer has taken yet, and return
+ * them. A notification only announces a job; taking it is this claim, so two
+ * consumers never both get it, and jobs announced while no consumer listened
+ * are still found. The executors announce only due jobs of unpaused queues,
+ * within the queue's capacity, so pulling respects both. A granted consumer
+ * gets any job of the handler; anyone else only the jobs of roles it is a
+ * member of.
  */
 Datum
 vq_pull(PG_FUNCTION_ARGS)
@@ -243,26 +247,17 @@ vq_pull(PG_FUNCTION_ARGS)
 	values[3] = BoolGetDatum(GrantedConsumer(caller, handler_name));
 	if (SPI_execute_plan(VqKeepPlan(&pull_plan,
 							  "WITH claimed AS ("
-							  " UPDATE vq.job j SET state = 'RUNNING',"
-							  "  started_at = CASE WHEN c.was OPERATOR(pg_catalog.=) 'ENQUEUED'::vq.job_state"
-							  "   THEN pg_catalog.clock_timestamp() ELSE j.started_at END,"
-							  "  consumer_claimed_at = pg_catalog.clock_timestamp(),"
-							  "  updated_at = pg_catalog.clock_timestamp(), worker_pid = NULL, worker_started_at = NULL"
-							  " FROM (SELECT execution_id, state AS was FROM vq.job"
+							  " UPDATE vq.job j SET consumer_claimed_at = pg_catalog.clock_timestamp(),"
+							  "  updated_at = pg_catalog.clock_timestamp()"
+							  " FROM (SELECT execution_id FROM vq.job"
 							  "       WHERE handler OPERATOR(pg_catalog.=) $1"
-							  "       AND ((state OPERATOR(pg_catalog.=) 'ENQUEUED'::vq.job_state"
-							  "             AND scheduled_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp())"
-							  "            OR (state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state"
-							  "                AND worker_pid IS NULL AND consumer_claimed_at IS NULL))"
+							  "       AND state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state"
+							  "       AND worker_pid IS NULL AND consumer_claimed_at IS NULL"
 							  "       AND ($4 OR pg_catalog.pg_has_role($3, enqueued_by, 'USAGE'))"
 							  "       ORDER BY priority DESC, scheduled_at LIMIT $2 FOR UPDATE SKIP LOCKED) c"
 							  " WHERE j.execution_id OPERATOR(pg_catalog.=) c.execution_id"
 							  " RETURNING j.execution_id, j.job_id, j.handler, j.attempt_number, j.payload,"
-							  "  j.metadata, j.scheduled_at, j.priority, c.was),"
-							  " history AS (INSERT INTO vq.job_transition"
-							  "  (execution_id, attempt_number, kind, from_state, to_state)"
-							  "  SELECT execution_id, attempt_number, 'CLAIMED', 'ENQUEUED', 'RUNNING' FROM claimed"
-							  "  WHERE was OPERATOR(pg_catalog.=) 'ENQUEUED'::vq.job_state)"
+							  "  j.metadata, j.scheduled_at, j.priority)"
 							  " SELECT execution_id, job_id, handler, attempt_number, payload, metadata, scheduled_at"
 							  " FROM claimed ORDER BY priority DESC, scheduled_at",
 							  4, (Oid[]) {TEXTOID, INT4OID, OIDOID, BOOLOID}),

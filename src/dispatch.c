@@ -111,6 +111,30 @@ JobWatch(void)
 	SetLatch(MyLatch);
 }
 
+/* Arm the watch timer around user code (a handler, a destination function). */
+void
+VqWatchBegin(void)
+{
+	TimestampTz start = GetCurrentTimestamp();
+
+	job_timed_out = false;
+	job_cut_by_shutdown = false;
+	job_deadline = vq_execution_timeout_ms > 0
+		? TimestampTzPlusMilliseconds(start, vq_execution_timeout_ms) : 0;
+	enable_timeout_every(watch_timeout, TimestampTzPlusMilliseconds(start, WATCH_INTERVAL_MS),
+						 WATCH_INTERVAL_MS);
+}
+
+/* Disarm it; when the user code returned normally, a cancel the timer raised too late is dropped. */
+void
+VqWatchEnd(bool returned_normally)
+{
+	disable_timeout(watch_timeout, false);
+	job_deadline = 0;
+	if ((job_timed_out || job_cut_by_shutdown) && returned_normally)
+		QueryCancelPending = false;
+}
+
 /* Set up the function cache and the watch timer (once per executor). */
 void
 VqDispatchInit(void)
@@ -279,12 +303,7 @@ VqRunFunctionHandler(VqJob *job, VqOutcome *outcome)
 	}
 
 	VqJobApiBegin(job);
-	job_timed_out = false;
-	job_cut_by_shutdown = false;
-	job_deadline = vq_execution_timeout_ms > 0
-		? TimestampTzPlusMilliseconds(start, vq_execution_timeout_ms) : 0;
-	enable_timeout_every(watch_timeout, TimestampTzPlusMilliseconds(start, WATCH_INTERVAL_MS),
-						 WATCH_INTERVAL_MS);
+	VqWatchBegin();
 
 	CommandCounterIncrement();
 	BeginInternalSubTransaction(NULL);
@@ -346,11 +365,7 @@ VqRunFunctionHandler(VqJob *job, VqOutcome *outcome)
 	}
 	PG_END_TRY();
 
-	disable_timeout(watch_timeout, false);
-	job_deadline = 0;
-	/* the timer may have fired after the handler returned: that cancel is not for us */
-	if ((job_timed_out || job_cut_by_shutdown) && outcome->kind == VQ_OUTCOME_COMPLETED)
-		QueryCancelPending = false;
+	VqWatchEnd(outcome->kind == VQ_OUTCOME_COMPLETED);
 	outcome->duration_us = GetCurrentTimestamp() - start;
 	VqJobApiEnd(outcome);
 }

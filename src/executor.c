@@ -180,7 +180,7 @@ SetDatabaseState(VqDatabaseState state)
  * count until it is lowered again.
  */
 static int
-ReserveCapacity(const char *queue, int cap, int want)
+ReserveCapacity(const char *queue, int cap, int want, int *claimed_by_others)
 {
 	int			others = 0;
 	int			n;
@@ -199,6 +199,7 @@ ReserveCapacity(const char *queue, int cap, int want)
 	if (n == 0)
 		strlcpy(VqMyDatabaseSlot->capacity_wait, queue, sizeof(VqMyDatabaseSlot->capacity_wait));
 	LWLockRelease(VqShared->lock);
+	*claimed_by_others = others;
 	return n;
 }
 
@@ -541,6 +542,8 @@ PollCycle(void)
 		VqQueue    *queue = VqLookupQueue(registry, poll->name);
 		List	   *jobs;
 		int			room;
+		int			cap;
+		int			others;
 
 		if (queue == NULL || poll->next_poll > now)
 			continue;
@@ -550,10 +553,19 @@ PollCycle(void)
 			poll->next_poll = TimestampTzPlusMilliseconds(now, queue->sleep_delay_ms);
 			continue;
 		}
-		room = ReserveCapacity(queue->name,
-							   queue->instances * queue->max_concurrent_jobs -
-							   (registry->has_notify_handlers ? VqExternalInFlight(queue) : 0),
-							   vq_batch_size);
+		cap = queue->instances * queue->max_concurrent_jobs;
+		room = ReserveCapacity(queue->name, cap, vq_batch_size, &others);
+		if (room > 0 && registry->has_notify_handlers)
+		{
+			/*
+			 * Announced NOTIFY jobs hold capacity too. Counted after the
+			 * reservation: another executor's announcements are then either
+			 * in its reservation or already committed, never missed.
+			 */
+			room = Min(room, Max(0, cap - others - VqExternalInFlight(queue)));
+			if (room == 0)
+				SetClaimed(0, false);
+		}
 		if (room == 0)
 		{
 			/* at capacity: whoever frees room wakes us; until then, poll as usual */

@@ -65,6 +65,8 @@ extern void VqDispatchInit(void);
 extern void VqRunFunctionHandler(VqJob *job, VqOutcome *outcome);
 extern void VqDispatchNotify(VqJob *job, const char *channel);
 extern int	VqEnterUserRole(Oid role, VqSavedUser *saved);
+extern void VqWatchBegin(void);
+extern void VqWatchEnd(bool returned_normally);
 extern void VqLeaveUserRole(int nestlevel, VqSavedUser *saved);
 
 /* outcome.c: each runs inside the caller's transaction, connected to SPI */

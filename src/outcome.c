@@ -275,7 +275,8 @@ VqRescueOrphans(TimestampTz now)
 		abandoned++;
 	}
 	if (abandoned > 0)
-		ereport(LOG, (errmsg("vq_job: abandoned %d job(s) left RUNNING by stopped executors", abandoned)));
+		ereport(LOG, (errmsg("vq_job: abandoned %d RUNNING job(s): executor stopped, or no consumer reply in time",
+							 abandoned)));
 	return abandoned;
 }
 
@@ -292,7 +293,7 @@ VqEarliestFutureDue(TimestampTz now)
 							  " WHERE state OPERATOR(pg_catalog.=) 'ENQUEUED'::vq.job_state"
 							  " AND scheduled_at OPERATOR(pg_catalog.>) $1",
 							  1, (Oid[]) {TIMESTAMPTZOID}),
-						 values, NULL, true, 1) != SPI_OK_SELECT)
+						 values, NULL, false, 1) != SPI_OK_SELECT)	/* a fresh snapshot */
 		elog(ERROR, "vq_job: looking for the next due job failed");
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 	return isnull ? VQ_NO_NEXT_DUE : DatumGetTimestampTz(d);
@@ -363,7 +364,7 @@ VqExternalInFlight(VqQueue *queue)
 								  " WHERE state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state AND worker_pid IS NULL"
 								  " AND queue OPERATOR(pg_catalog.=) $1",
 								  1, (Oid[]) {TEXTOID}),
-						 &queue->name_datum, NULL, true, 1) != SPI_OK_SELECT)
+						 &queue->name_datum, NULL, false, 1) != SPI_OK_SELECT)	/* a fresh snapshot */
 		elog(ERROR, "vq_job: counting NOTIFY jobs in flight failed");
 	return DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }

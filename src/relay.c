@@ -26,6 +26,7 @@
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "postmaster/interrupt.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/json.h"
@@ -238,14 +239,35 @@ DeliverCustom(VqRegistry *registry, OutboxRow *row, char **message)
 	if (vq_proc_aclcheck(dest->fn, row->published_by, ACL_EXECUTE) != ACLCHECK_OK)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("the publishing role has no EXECUTE on destination function %u", dest->fn)));
+				 errmsg("the publishing role has no EXECUTE on destination function %s",
+						format_procedure(dest->fn))));
 	if (!OidIsValid(publish_result_type))
 		publish_result_type = DatumGetObjectId(DirectFunctionCall1(regtypein, CStringGetDatum("vq.publish_result")));
 
+	/* like a handler: as the publisher, under the execution timeout and the shutdown grace */
 	nestlevel = VqEnterUserRole(row->published_by, &as_user);
-	result = OidFunctionCall4(dest->fn, CStringGetTextDatum(row->destination),
-							  row->payload ? row->payload : DirectFunctionCall1(jsonb_in, CStringGetDatum("null")),
-							  JsonbPGetDatum(row->headers), JsonbPGetDatum(row->metadata));
+	VqWatchBegin();
+	{
+		LOCAL_FCINFO(fcinfo, 4);
+		FmgrInfo	flinfo;
+
+		fmgr_info(dest->fn, &flinfo);
+		InitFunctionCallInfoData(*fcinfo, &flinfo, 4, InvalidOid, NULL, NULL);
+		fcinfo->args[0].value = CStringGetTextDatum(row->destination);
+		fcinfo->args[0].isnull = false;
+		fcinfo->args[1].value = row->payload ? row->payload : DirectFunctionCall1(jsonb_in, CStringGetDatum("null"));
+		fcinfo->args[1].isnull = false;
+		fcinfo->args[2].value = JsonbPGetDatum(row->headers);
+		fcinfo->args[2].isnull = false;
+		fcinfo->args[3].value = JsonbPGetDatum(row->metadata);
+		fcinfo->args[3].isnull = false;
+		result = FunctionCallInvoke(fcinfo);
+		if (fcinfo->isnull)
+			ereport(ERROR,
+					(errmsg("destination function %s returned NULL instead of a vq.publish_result",
+							format_procedure(dest->fn))));
+	}
+	VqWatchEnd(true);
 	VqLeaveUserRole(nestlevel, &as_user);
 
 	rec = DatumGetHeapTupleHeader(result);
@@ -274,6 +296,14 @@ DeliverRow(VqRegistry *registry, OutboxRow *row, char **message)
 	RelayResult result;
 
 	*message = NULL;
+
+	/* the row is delivered as its publisher: a dropped role can never be acted for */
+	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(row->published_by)))
+	{
+		*message = psprintf("role %u that published the row no longer exists", row->published_by);
+		return RELAY_PERMANENT;
+	}
+
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(caller_context);
 	PG_TRY();
@@ -295,6 +325,7 @@ DeliverRow(VqRegistry *registry, OutboxRow *row, char **message)
 	{
 		ErrorData  *edata;
 
+		VqWatchEnd(false);		/* a destination function may have been cut short */
 		MemoryContextSwitchTo(caller_context);
 		edata = CopyErrorData();
 		FlushErrorState();
@@ -393,7 +424,11 @@ VqRelayBatch(VqRegistry *registry, int limit, TimestampTz now)
 	{
 		OutboxRow  *row = lfirst(lc);
 		char	   *message;
-		RelayResult result = DeliverRow(registry, row, &message);
+		RelayResult result;
+
+		if (ShutdownRequestPending)
+			break;				/* rows not reached stay PENDING: their locks go with the commit */
+		result = DeliverRow(registry, row, &message);
 
 		if (result == RELAY_SUCCESS)
 			published[npublished++] = Int64GetDatum(row->id);
@@ -408,7 +443,7 @@ VqRelayBatch(VqRegistry *registry, int limit, TimestampTz now)
 		args[1] = TimestampTzGetDatum(GetCurrentTimestamp());
 		if (SPI_execute_plan(VqKeepPlan(&published_plan,
 								  "UPDATE vq.outbox SET status = 'PUBLISHED', attempts = attempts OPERATOR(pg_catalog.+) 1,"
-								  " published_at = $2, updated_at = $2, last_error = NULL"
+								  " published_at = $2, updated_at = $2, last_error = NULL, next_attempt_at = NULL"
 								  " WHERE id OPERATOR(pg_catalog.=) ANY ($1)",
 								  2, (Oid[]) {INT8ARRAYOID, TIMESTAMPTZOID}),
 							 args, NULL, false, 0) != SPI_OK_UPDATE)

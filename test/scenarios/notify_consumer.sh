@@ -1,0 +1,345 @@
+#!/usr/bin/env bash
+# notify_consumer.sh: NOTIFY handlers end to end, with a psql listener and the reference
+# consumer (vq_consumer).
+#   1. message contents: a LISTENing session gets {"execution_id", "job_id", "handler",
+#      "attempt": 0, "payload"} for small payloads (also a null payload and a 7000-byte one);
+#      a > 8000-byte payload is announced with "payload_omitted": true (message < 8000 bytes)
+#      and vq_job_payload() returns it to the enqueuing role and NULL to another role. The
+#      announced job is RUNNING with worker_pid NULL and one CLAIMED transition.
+#   2. end to end with vq_consumer: a command that exits 0 -> COMPLETED (CLAIMED + COMPLETED
+#      transitions), reached through the notification alone (--poll-interval 60), with the
+#      round trip timed; a 600 KB payload reaches the command's stdin intact (sha256); a
+#      command that exits 3 -> FAILED transitions carrying its stderr, each retry no earlier
+#      than the queue's LINEAR backoff, DEAD_LETTER after max_attempts (3).
+#   3. catch-up: with no consumer running, 20 jobs are announced to nobody; `vq_consumer
+#      --once` then completes all 20, each exactly once.
+#   4. exclusivity: two consumers LISTEN on one channel; 30 jobs: each command runs once
+#      (one row per execution in the command's log), one CLAIMED + one COMPLETED each, and
+#      no reply is ignored.
+# Roles are cluster-wide: they carry this process id and are dropped on exit.
+set -euo pipefail
+# shellcheck source=test/scenarios/lib/common.sh
+. "$(dirname "$0")/lib/common.sh"
+
+export PGCLIENTENCODING=UTF8
+CONSUMER="${VQ_PG_BIN:-/usr/lib/postgresql/15/bin}/vq_consumer"
+CONNINFO="host=$PGHOST port=$PGPORT user=postgres dbname=$PGDATABASE"
+R_ENQ="vq_nc_enq_$$"       # plain role that enqueues
+R_OTHER="vq_nc_other_$$"   # plain role with no claim on R_ENQ's jobs
+TMPD="$(mktemp -d /tmp/vq_nc.XXXXXX)"
+declare -A CONSUMER_PID=() LISTENER_FD=() LISTENER_PID=()
+
+cleanup() {
+    local rc=$? n
+    set +e
+    for n in "${!CONSUMER_PID[@]}"; do consumer_stop "$n" 2>/dev/null; done
+    for n in "${!LISTENER_PID[@]}"; do listener_stop "$n" 2>/dev/null; done
+    cleanup_configs
+    for r in "$R_ENQ" "$R_OTHER"; do
+        psql -XAtq -c "DO \$\$ BEGIN
+                IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '$r') THEN
+                    EXECUTE 'DROP OWNED BY \"$r\" CASCADE'; EXECUTE 'DROP ROLE \"$r\"';
+                END IF; END \$\$" >/dev/null 2>&1
+    done
+    if ((rc != 0)); then
+        for f in "$TMPD"/*.log "$TMPD"/*.out; do
+            [[ -s "$f" ]] && { echo "---- $f (last 40 lines)"; tail -n 40 "$f"; }
+        done
+    fi
+    rm -rf "$TMPD"
+    exit "$rc"
+}
+trap cleanup EXIT
+
+# ---- helpers -----------------------------------------------------------------------------
+# q_as ROLE SQL: SQL in a new session after SET ROLE
+q_as() { psql -XAtq -v ON_ERROR_STOP=1 -c "SET ROLE \"$1\"" -c "$2"; }
+
+# job ID: "state|attempt|last_error" (for failure messages)
+job() { q "SELECT state || '|' || attempt_number || '|' || coalesce(last_error, '') FROM vq.job WHERE execution_id = '$1'"; }
+
+# wait_file FILE REGEX SECS WHAT: poll until FILE has a line matching REGEX
+wait_file() {
+    local file="$1" re="$2" secs="$3" what="$4" deadline
+    deadline=$(($(date +%s%N) + secs * 1000000000))
+    until grep -qE -- "$re" "$file" 2>/dev/null; do
+        (($(date +%s%N) < deadline)) || fail "timed out after ${secs}s waiting for $what (no line matching /$re/ in $file)"
+        sleep 0.05
+    done
+}
+
+# listener_start NAME CHANNEL: a psql session LISTENing on CHANNEL (output in $TMPD/NAME.out)
+listener_start() {
+    local name="$1" ch="$2" fd
+    mkfifo "$TMPD/$name.in"
+    psql -XAtq <"$TMPD/$name.in" >"$TMPD/$name.out" 2>&1 &
+    LISTENER_PID[$name]=$!
+    exec {fd}>"$TMPD/$name.in"
+    LISTENER_FD[$name]=$fd
+    printf 'LISTEN "%s";\nSELECT %s;\n' "$ch" "'listening-$name'" >&"$fd"
+    wait_file "$TMPD/$name.out" "^listening-$name\$" 10 "listener $name to LISTEN"
+}
+# listener_wait NAME REGEX SECS: make the listener look for notifications until one
+# matching REGEX is printed (psql prints them after each statement)
+listener_wait() {
+    local name="$1" re="$2" secs="$3" deadline
+    deadline=$(($(date +%s%N) + secs * 1000000000))
+    while :; do
+        printf 'SELECT 1 WHERE false;\n' >&"${LISTENER_FD[$name]}"
+        grep -qE -- "$re" "$TMPD/$name.out" && return 0
+        (($(date +%s%N) < deadline)) ||
+            fail "listener $name: no notification matching /$re/ within ${secs}s; it printed: $(tail -c 2000 "$TMPD/$name.out")"
+        sleep 0.05
+    done
+}
+# notification NAME EXECUTION_ID: the JSON message announcing EXECUTION_ID (last one)
+notification() {
+    sed -n 's/^Asynchronous notification "[^"]*" with payload "\(.*\)" received from server process with PID [0-9]*\.$/\1/p' \
+        "$TMPD/$1.out" | grep -F -- "$2" | tail -n 1
+}
+listener_stop() {
+    local name="$1" fd="${LISTENER_FD[$1]}"
+    exec {fd}>&-
+    kill "${LISTENER_PID[$name]}" 2>/dev/null || true
+    wait "${LISTENER_PID[$name]}" 2>/dev/null || true
+    unset "LISTENER_PID[$name]" "LISTENER_FD[$name]"
+}
+
+# consumer_start NAME ARGS...: vq_consumer in the background (log in $TMPD/NAME.log)
+consumer_start() {
+    local name="$1"
+    shift
+    NC_CONSUMER="$name" "$CONSUMER" --dbname "$CONNINFO application_name=nc_$name" "$@" >"$TMPD/$name.log" 2>&1 &
+    CONSUMER_PID[$name]=$!
+}
+# consumer_ready NAME: its session is idle after its startup vq_pull (LISTENing, waiting)
+consumer_ready() {
+    wait_for "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'nc_$1'
+                               AND state = 'idle' AND query LIKE '%vq_pull%')" 10 "consumer $1 connected and idle after its first vq_pull"
+}
+# consumer_stop NAME: SIGTERM (it finishes its job and replies), then wait; SIGKILL after 10 s
+consumer_stop() {
+    local name="$1" pid="${CONSUMER_PID[$1]}" i
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < 200; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.05
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    unset "CONSUMER_PID[$name]"
+}
+# transitions ID: "kind:attempt:from>to" of a job, in order, comma-separated
+transitions() {
+    q "SELECT string_agg(kind || ':' || attempt_number || ':' || from_state || '>' || to_state, ',' ORDER BY id)
+         FROM vq.job_transition WHERE execution_id = '$1'"
+}
+
+# The consumers' command: records what it got (execution id, attempt, job id, which
+# consumer, sha256 and size of stdin) in nc_ran, then exits 3 with a message on stderr when
+# the payload has a "fail" key, 0 otherwise.
+cat >"$TMPD/cmd.sh" <<'EOF'
+#!/bin/sh
+f=$(mktemp)
+cat >"$f"
+sha=$(sha256sum <"$f" | cut -c1-64)
+bytes=$(wc -c <"$f")
+psql -XAtq -v ON_ERROR_STOP=1 -c "INSERT INTO nc_ran (execution_id, attempt, job_id, consumer, sha, bytes)
+    VALUES ('$VQ_EXECUTION_ID', $VQ_ATTEMPT, '$VQ_JOB_ID', '$NC_CONSUMER', '$sha', $bytes)" || exit 9
+if grep -q '"fail"' "$f"; then
+    rm -f "$f"
+    echo "boom at attempt $VQ_ATTEMPT" >&2
+    exit 3
+fi
+rm -f "$f"
+exit 0
+EOF
+chmod +x "$TMPD/cmd.sh"
+
+# ---- setup -------------------------------------------------------------------------------
+log "setup: roles, queues, NOTIFY handlers"
+qs <<SQL >/dev/null
+CREATE ROLE "$R_ENQ";
+CREATE ROLE "$R_OTHER";
+CREATE TABLE nc_ran (execution_id uuid, attempt int, job_id text, consumer text, sha text,
+                     bytes bigint, at timestamptz DEFAULT clock_timestamp());
+SELECT vq_create_queue('nc_msg_q', sleep_delay_ms => 200);
+-- retries: LINEAR 500 ms base -> 1000 ms before attempt 1, 1500 ms before attempt 2
+SELECT vq_create_queue('nc_e2e_q', sleep_delay_ms => 200, max_concurrent_jobs => 50,
+                       backoff_strategy => 'LINEAR', backoff_base_delay_ms => 500,
+                       backoff_max_delay_ms => 5000);
+SELECT vq_register_notify_handler('nc_msg', 'nc_msg_ch', 'nc_msg_q');
+SELECT vq_register_notify_handler('nc_e2e', 'nc_e2e_ch', 'nc_e2e_q', max_attempts => 3);
+SQL
+
+# ---- 1. message contents -------------------------------------------------------------------
+log "1. message contents (psql listener)"
+listener_start msg nc_msg_ch
+ids="$(q_as "$R_ENQ" "SELECT string_agg(id::text, ' ' ORDER BY n) FROM (
+          SELECT 1, vq_enqueue('nc_msg', '{\"k\": \"v\", \"quote\": \"a\\\"b\", \"u\": \"é€\", \"n\": [1, 2.5]}', job_id => 'msg-small')
+          UNION ALL SELECT 2, vq_enqueue('nc_msg', NULL, job_id => 'msg-null')
+          UNION ALL SELECT 3, vq_enqueue('nc_msg', jsonb_build_object('blob', repeat('m', 7000)), job_id => 'msg-7000')
+          UNION ALL SELECT 4, vq_enqueue('nc_msg', jsonb_build_object('blob', repeat('x', 9000)), job_id => 'msg-9000')
+        ) AS e(n, id)")"
+read -r ID_SMALL ID_NULL ID_7000 ID_9000 <<<"$ids"
+for id in $ids; do
+    listener_wait msg "$id" 10
+done
+
+for id in "$ID_SMALL" "$ID_NULL" "$ID_7000"; do
+    msg="$(notification msg "$id")"
+    [[ -n "$msg" ]] || fail "no parsable notification for $id"
+    got="$(qs -v "msg=$msg" -v "id=$id" <<'SQL'
+SELECT CASE
+    WHEN NOT (m ?& ARRAY['execution_id', 'job_id', 'handler', 'attempt', 'payload']) THEN 'missing keys: ' || m::text
+    WHEN m ? 'payload_omitted' THEN 'payload_omitted in a message that fits: ' || left(m::text, 200)
+    WHEN m->>'execution_id' <> j.execution_id::text THEN 'execution_id ' || (m->>'execution_id')
+    WHEN m->>'job_id' <> j.job_id THEN 'job_id ' || (m->>'job_id')
+    WHEN m->>'handler' <> 'nc_msg' THEN 'handler ' || (m->>'handler')
+    WHEN m->'attempt' <> '0'::jsonb THEN 'attempt ' || (m->'attempt')::text
+    WHEN m->'payload' IS DISTINCT FROM coalesce(j.payload, 'null'::jsonb) THEN 'payload ' || left((m->'payload')::text, 200)
+    ELSE 'ok' END
+  FROM (SELECT :'msg'::jsonb AS m) x, vq.job j WHERE j.execution_id = :'id';
+SQL
+)"
+    assert_eq ok "$got" "notification for job $(q "SELECT job_id FROM vq.job WHERE execution_id = '$id'")"
+done
+
+msg="$(notification msg "$ID_9000")"
+[[ -n "$msg" ]] || fail "no parsable notification for the 9000-byte job $ID_9000"
+((${#msg} < 8000)) || fail "notification for the 9000-byte job is ${#msg} bytes (must stay under 8000)"
+got="$(qs -v "msg=$msg" -v "id=$ID_9000" <<'SQL'
+SELECT CASE
+    WHEN m->'payload_omitted' IS DISTINCT FROM 'true'::jsonb THEN 'payload_omitted missing: ' || left(m::text, 300)
+    WHEN m ? 'payload' THEN 'payload key present although omitted'
+    WHEN m->>'execution_id' <> :'id' OR m->>'job_id' <> 'msg-9000' OR m->>'handler' <> 'nc_msg'
+         OR m->'attempt' <> '0'::jsonb THEN 'wrong fields: ' || m::text
+    ELSE 'ok' END FROM (SELECT :'msg'::jsonb AS m) x;
+SQL
+)"
+assert_eq ok "$got" "notification for the 9000-byte payload"
+assert_eq t "$(q_as "$R_ENQ" "SELECT vq_job_payload('$ID_9000') = jsonb_build_object('blob', repeat('x', 9000))")" \
+    "vq_job_payload() of the 9000-byte job, as the enqueuing role"
+assert_eq t "$(q_as "$R_OTHER" "SELECT vq_job_payload('$ID_9000') IS NULL")" \
+    "vq_job_payload() of the 9000-byte job, as an unrelated role (must be NULL)"
+assert_eq t "$(q "SELECT vq_job_payload('$ID_9000') = jsonb_build_object('blob', repeat('x', 9000))")" \
+    "vq_job_payload() of the 9000-byte job, as the superuser"
+assert_eq t "$(q_as "$R_OTHER" "SELECT vq_job_payload(gen_random_uuid()) IS NULL")" \
+    "vq_job_payload() of an unknown id (must be NULL)"
+
+got="$(q "SELECT count(*) FILTER (WHERE state = 'RUNNING' AND worker_pid IS NULL AND consumer_claimed_at IS NULL
+                                   AND started_at IS NOT NULL)
+          FROM vq.job WHERE handler = 'nc_msg'")"
+assert_eq 4 "$got" "announced jobs RUNNING with worker_pid NULL and no consumer claim yet"
+for id in $ids; do
+    assert_eq "CLAIMED:0:ENQUEUED>RUNNING" "$(transitions "$id")" "transitions of announced job $id"
+done
+listener_stop msg
+# answer them (superuser) so they leave the queue's capacity
+for id in $ids; do
+    assert_eq t "$(q "SELECT vq_complete('$id', 0)")" "vq_complete of announced job $id by the superuser"
+done
+assert_eq 4 "$(q "SELECT count(*) FROM vq.job WHERE handler = 'nc_msg' AND state = 'COMPLETED'")" \
+    "nc_msg jobs COMPLETED after the replies"
+
+# ---- 2. end to end with the reference consumer --------------------------------------------------
+log "2. end to end with vq_consumer"
+consumer_start c1 --channel nc_e2e_ch --handler nc_e2e --poll-interval 60 --verbose -- "$TMPD/cmd.sh"
+consumer_ready c1   # its startup vq_pull found nothing: from now on only a notification brings it a job
+
+t0="$(now_ms)"
+ID_OK="$(q "SELECT vq_enqueue('nc_e2e', '{\"hello\": \"world\"}', job_id => 'e2e-ok')")"
+wait_for "SELECT state = 'COMPLETED' FROM vq.job WHERE execution_id = '$ID_OK'" 3 \
+    "job e2e-ok COMPLETED through the notification (consumer poll interval is 60 s)"
+t1="$(now_ms)"
+RT_MS="$(q "SELECT round(extract(epoch FROM (t.at - j.created_at)) * 1000)
+              FROM vq.job j JOIN vq.job_transition t USING (execution_id)
+             WHERE j.execution_id = '$ID_OK' AND t.kind = 'COMPLETED'")"
+log "   round trip enqueue -> reply committed: ${RT_MS} ms (seen by the test after $((t1 - t0)) ms)"
+assert_eq "CLAIMED:0:ENQUEUED>RUNNING,COMPLETED:0:RUNNING>COMPLETED" "$(transitions "$ID_OK")" "transitions of e2e-ok"
+assert_eq "1|0|$(q "SELECT encode(sha256(convert_to('{\"hello\": \"world\"}'::jsonb::text || E'\n', 'UTF8')), 'hex')")" \
+    "$(q "SELECT count(*) || '|' || min(attempt) || '|' || min(sha) FROM nc_ran WHERE execution_id = '$ID_OK'")" \
+    "runs|attempt|stdin sha256 of e2e-ok's command"
+assert_sql "SELECT finished_at IS NOT NULL AND last_error IS NULL AND worker_pid IS NULL FROM vq.job WHERE execution_id = '$ID_OK'" \
+    "e2e-ok finished_at set, no last_error"
+
+log "   a 600 KB payload through stdin"
+ID_BIG="$(q "SELECT vq_enqueue('nc_e2e', jsonb_build_object('blob', repeat('ab\"\\é€ ', 50000), 'n', 1), job_id => 'e2e-big')")"
+wait_for "SELECT state = 'COMPLETED' FROM vq.job WHERE execution_id = '$ID_BIG'" 10 "job e2e-big COMPLETED"
+expect="$(q "SELECT octet_length(payload::text) + 1 || '|' || encode(sha256(convert_to(payload::text || E'\n', 'UTF8')), 'hex')
+               FROM vq.job WHERE execution_id = '$ID_BIG'")"
+(("${expect%%|*}" > 300000)) || fail "test setup: big payload is only ${expect%%|*} bytes"
+assert_eq "$expect" "$(q "SELECT bytes || '|' || sha FROM nc_ran WHERE execution_id = '$ID_BIG'")" \
+    "bytes|sha256 of the 600 KB payload as the command read it on stdin"
+
+log "   a failing command: FAILED with its stderr, retried after the backoff, DEAD_LETTER at max_attempts"
+ID_FAIL="$(q "SELECT vq_enqueue('nc_e2e', '{\"fail\": true}', job_id => 'e2e-fail')")"
+wait_for "SELECT state = 'DEAD_LETTER' FROM vq.job WHERE execution_id = '$ID_FAIL'" 15 \
+    "job e2e-fail DEAD_LETTER after 3 failed attempts (now: $(job "$ID_FAIL"))"
+assert_eq "CLAIMED:0:ENQUEUED>RUNNING,FAILED:0:RUNNING>ENQUEUED,CLAIMED:1:ENQUEUED>RUNNING,FAILED:1:RUNNING>ENQUEUED,CLAIMED:2:ENQUEUED>RUNNING,FAILED:2:RUNNING>DEAD_LETTER" \
+    "$(transitions "$ID_FAIL")" "transitions of e2e-fail"
+got="$(q "SELECT string_agg(attempt_number || ':' || (error LIKE 'command exited with status 3%boom at attempt ' || attempt_number || '%'), ',' ORDER BY id)
+            FROM vq.job_transition WHERE execution_id = '$ID_FAIL' AND kind = 'FAILED'")"
+assert_eq "0:true,1:true,2:true" "$got" "FAILED transitions carry 'command exited with status 3: boom at attempt N'"
+assert_sql "SELECT attempt_number = 2 AND finished_at IS NOT NULL AND last_error LIKE '%boom at attempt 2%'
+              FROM vq.job WHERE execution_id = '$ID_FAIL'" "dead-lettered e2e-fail: attempt 2, finished_at, last_error"
+# each retry was claimed no earlier than failure + backoff(n), and not much later
+got="$(q "WITH t AS (SELECT kind, attempt_number AS a, at FROM vq.job_transition WHERE execution_id = '$ID_FAIL')
+          SELECT string_agg(c.a || ':' || (c.at - f.at >= vq_backoff_delay('LINEAR', 500, 5000, c.a))
+                                || ':' || (c.at - f.at < vq_backoff_delay('LINEAR', 500, 5000, c.a) + interval '1.5 s'),
+                            ',' ORDER BY c.a)
+            FROM t f JOIN t c ON c.kind = 'CLAIMED' AND c.a = f.a + 1 WHERE f.kind = 'FAILED'")"
+assert_eq "1:true:true,2:true:true" "$got" \
+    "retry n claimed within [backoff(n), backoff(n) + 1.5 s] after the failure (LINEAR 500/5000: 1 s, 1.5 s)"
+assert_eq "0,1,2" "$(q "SELECT string_agg(attempt::text, ',' ORDER BY attempt) FROM nc_ran WHERE execution_id = '$ID_FAIL'")" \
+    "attempts the failing command ran (once each)"
+if grep -q "ignored by the server" "$TMPD/c1.log"; then
+    fail "consumer c1 had a reply ignored: $(grep "ignored" "$TMPD/c1.log" | head -3)"
+fi
+
+# ---- 3. catch-up after consumer downtime ------------------------------------------------------
+log "3. catch-up: jobs announced while no consumer runs, then vq_consumer --once"
+consumer_stop c1
+q "SELECT vq_enqueue_many('nc_e2e', array_agg(jsonb_build_object('i', i)), job_ids => array_agg('catch-' || i))
+     FROM generate_series(1, 20) i" >/dev/null
+wait_for "SELECT count(*) = 20 FROM vq.job WHERE job_id LIKE 'catch-%' AND state = 'RUNNING' AND consumer_claimed_at IS NULL" 10 \
+    "the 20 catch-up jobs announced (RUNNING) to nobody"
+rc=0
+timeout 30 env NC_CONSUMER=once "$CONSUMER" --dbname "$CONNINFO" --channel nc_e2e_ch --handler nc_e2e --batch 7 --once \
+    --verbose -- "$TMPD/cmd.sh" >"$TMPD/once.log" 2>&1 || rc=$?
+assert_eq 0 "$rc" "exit status of vq_consumer --once"
+assert_eq 20 "$(q "SELECT count(*) FROM vq.job WHERE job_id LIKE 'catch-%' AND state = 'COMPLETED'")" \
+    "catch-up jobs COMPLETED after --once"
+got="$(q "SELECT count(*) || '|' || count(DISTINCT execution_id) || '|' || count(*) FILTER (WHERE consumer = 'once')
+            FROM nc_ran WHERE job_id LIKE 'catch-%'")"
+assert_eq "20|20|20" "$got" "catch-up command runs|distinct jobs|run by the --once consumer"
+got="$(q "SELECT count(*) FROM vq.job j WHERE job_id LIKE 'catch-%' AND
+              (SELECT string_agg(kind || ':' || attempt_number, ',' ORDER BY id) FROM vq.job_transition t
+                WHERE t.execution_id = j.execution_id) <> 'CLAIMED:0,COMPLETED:0'")"
+assert_eq 0 "$got" "catch-up jobs whose history is not exactly CLAIMED:0,COMPLETED:0"
+
+# ---- 4. two consumers on one channel --------------------------------------------------------------
+log "4. exclusivity: two consumers LISTEN on the same channel"
+consumer_start x1 --channel nc_e2e_ch --handler nc_e2e --batch 1 --poll-interval 60 --verbose -- "$TMPD/cmd.sh"
+consumer_start x2 --channel nc_e2e_ch --handler nc_e2e --batch 1 --poll-interval 60 --verbose -- "$TMPD/cmd.sh"
+consumer_ready x1
+consumer_ready x2
+q "SELECT vq_enqueue_many('nc_e2e', array_agg(jsonb_build_object('i', i)), job_ids => array_agg('excl-' || i))
+     FROM generate_series(1, 30) i" >/dev/null
+wait_for "SELECT count(*) = 30 FROM vq.job WHERE job_id LIKE 'excl-%' AND state = 'COMPLETED'" 20 \
+    "the 30 jobs COMPLETED by two consumers"
+got="$(q "SELECT count(*) || '|' || count(DISTINCT execution_id) FROM nc_ran WHERE job_id LIKE 'excl-%'")"
+assert_eq "30|30" "$got" "command runs|distinct jobs with two consumers on one channel"
+got="$(q "SELECT count(*) FROM vq.job j WHERE job_id LIKE 'excl-%' AND
+              (SELECT string_agg(kind || ':' || attempt_number, ',' ORDER BY id) FROM vq.job_transition t
+                WHERE t.execution_id = j.execution_id) <> 'CLAIMED:0,COMPLETED:0'")"
+assert_eq 0 "$got" "jobs of two consumers whose history is not exactly CLAIMED:0,COMPLETED:0"
+if grep -h "ignored" "$TMPD/x1.log" "$TMPD/x2.log" | grep -q .; then
+    fail "a consumer's reply was ignored: $(grep -h "ignored" "$TMPD/x1.log" "$TMPD/x2.log" | head -3)"
+fi
+log "   split between the consumers: $(q "SELECT string_agg(consumer || '=' || n, ' ' ORDER BY consumer)
+                                          FROM (SELECT consumer, count(*) n FROM nc_ran WHERE job_id LIKE 'excl-%' GROUP BY 1) s")"
+consumer_stop x1
+consumer_stop x2
+
+log "PASS notify_consumer (round trip ${RT_MS} ms)"
