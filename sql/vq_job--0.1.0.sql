@@ -111,7 +111,7 @@ CREATE UNIQUE INDEX job_active_job_id_key ON vq.job (job_id) WHERE state IN ('EN
 
 -- Exactly one row per state transition of a job.
 CREATE TABLE vq.job_transition (
-    id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id              bigint GENERATED ALWAYS AS IDENTITY,
     execution_id    uuid NOT NULL,
     attempt_number  integer NOT NULL,
     kind            text NOT NULL CONSTRAINT job_transition_kind_known CHECK (kind IN
@@ -119,21 +119,22 @@ CREATE TABLE vq.job_transition (
     from_state      vq.job_state NOT NULL,
     to_state        vq.job_state NOT NULL,
     error           text,
-    at              timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp()
+    at              timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    -- one index serves both the key and the per-job history (a second one would cost every transition)
+    CONSTRAINT job_transition_pkey PRIMARY KEY (execution_id, id)
 );
-CREATE INDEX job_transition_execution_idx ON vq.job_transition (execution_id, id);
 
 -- Structured logs written by handlers through vq_log(); kept even when the attempt fails.
 CREATE TABLE vq.job_log (
-    id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id              bigint GENERATED ALWAYS AS IDENTITY,
     execution_id    uuid NOT NULL,
     attempt_number  integer NOT NULL,
     level           text NOT NULL CONSTRAINT job_log_level_known CHECK (level IN ('DEBUG', 'INFO', 'WARN', 'ERROR')),
     message         text NOT NULL,
     fields          jsonb,
-    logged_at       timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp()
+    logged_at       timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    CONSTRAINT job_log_pkey PRIMARY KEY (execution_id, id)
 );
-CREATE INDEX job_log_execution_idx ON vq.job_log (execution_id, id);
 
 -- Transactional outbox: rows written in the business transaction, relayed after commit.
 CREATE TABLE vq.outbox (

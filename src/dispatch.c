@@ -303,6 +303,7 @@ VqRunFunctionHandler(VqJob *job, VqOutcome *outcome)
 	}
 
 	VqJobApiBegin(job);
+	outcome->started_at = start;
 	VqWatchBegin();
 
 	CommandCounterIncrement();

@@ -105,6 +105,7 @@ static SPIPlanPtr holder_many_plan = NULL;
 /* What this transaction enqueued, for the wake-up at commit. */
 static bool xact_callback_registered = false;
 static bool wake_due_at_commit = false;
+static bool wake_relay_at_commit = false;
 static TimestampTz next_due_at_commit = VQ_NO_NEXT_DUE;
 
 /* Forget what this transaction enqueued (abort, or PREPARE: the next poll finds those jobs). */
@@ -114,6 +115,7 @@ EnqueueXactCallback(XactEvent event, void *arg)
 	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT || event == XACT_EVENT_PREPARE)
 	{
 		wake_due_at_commit = false;
+		wake_relay_at_commit = false;
 		next_due_at_commit = VQ_NO_NEXT_DUE;
 	}
 }
@@ -137,14 +139,17 @@ EnqueueReleaseCallback(ResourceReleasePhase phase, bool isCommit, bool isTopLeve
 			VqWakeDatabase(MyDatabaseId, true, 0);
 		if (next_due_at_commit != VQ_NO_NEXT_DUE)
 			VqWakeDatabase(MyDatabaseId, false, next_due_at_commit);
+		if (wake_relay_at_commit)
+			VqWakeRelay(MyDatabaseId);
 	}
 	wake_due_at_commit = false;
+	wake_relay_at_commit = false;
 	next_due_at_commit = VQ_NO_NEXT_DUE;
 }
 
-/* Remember that this transaction made a job due at scheduled_at: wake the workers at commit. */
-void
-VqNoteJobDue(TimestampTz scheduled_at)
+/* Register the end-of-transaction callbacks of this module (once per backend). */
+static void
+RegisterEnqueueCallbacks(void)
 {
 	if (!xact_callback_registered)
 	{
@@ -152,6 +157,26 @@ VqNoteJobDue(TimestampTz scheduled_at)
 		RegisterResourceReleaseCallback(EnqueueReleaseCallback, NULL);
 		xact_callback_registered = true;
 	}
+}
+
+/* Remember that this transaction published outbox rows: wake the relay at commit (or at their time). */
+void
+VqNoteOutboxDue(TimestampTz scheduled_at)
+{
+	if (scheduled_at <= GetCurrentTimestamp())
+	{
+		RegisterEnqueueCallbacks();
+		wake_relay_at_commit = true;
+	}
+	else
+		VqNoteJobDue(scheduled_at);	/* a future row: the executors will look at its time */
+}
+
+/* Remember that this transaction made a job due at scheduled_at: wake the workers at commit. */
+void
+VqNoteJobDue(TimestampTz scheduled_at)
+{
+	RegisterEnqueueCallbacks();
 	if (scheduled_at <= GetCurrentTimestamp())
 		wake_due_at_commit = true;
 	else if (scheduled_at < next_due_at_commit)

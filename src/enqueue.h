@@ -11,6 +11,9 @@
 
 #include "registry.h"
 
+/* Remember that this transaction published outbox rows due at scheduled_at: wake the relay at commit. */
+extern void VqNoteOutboxDue(TimestampTz scheduled_at);
+
 /* Remember that this transaction made a job due at scheduled_at: wake the workers at commit. */
 extern void VqNoteJobDue(TimestampTz scheduled_at);
 

@@ -99,11 +99,25 @@ static TimestampTz last_rescue = 0;
 static TimestampTz last_retention = 0;
 static TimestampTz last_progress_flush = 0;
 static bool startup_due_checked = false;
+static TimestampTz last_extension_check = 0;
+
+/* How often an executor makes sure the extension still exists (DROP EXTENSION also tells it). */
+#define EXTENSION_CHECK_INTERVAL_MS 1000
+
+/* Is the extension still installed? (Clears the DROP EXTENSION flag.) */
+static bool
+ExtensionStillThere(TimestampTz now)
+{
+	VqMyExecutorSlot->check_extension = false;
+	last_extension_check = now;
+	return OidIsValid(get_extension_oid("vq_job", true));
+}
 
 /* The outbox relay's polling schedule: like a queue's, base 1 s, doubling to 4 s while idle. */
 #define RELAY_POLL_BASE_MS 1000
 static TimestampTz relay_next_poll = 0;
 static int	relay_delay_ms = RELAY_POLL_BASE_MS;
+static uint64 last_relay_wake_count = 0;
 static uint64 last_wake_count = 0;
 static int	queue_rotation = 0;
 
@@ -263,7 +277,6 @@ PollAllNow(TimestampTz now)
 	HASH_SEQ_STATUS seq;
 	QueuePoll  *p;
 
-	relay_next_poll = now;
 	if (queue_polls == NULL)
 		return;
 	hash_seq_init(&seq, queue_polls);
@@ -459,7 +472,10 @@ PollCycle(void)
 	MemoryContextReset(cycle_context);
 	VqBeginTransaction();
 
-	if (!OidIsValid(get_extension_oid("vq_job", true)))
+	/* the extension can only go away by DROP EXTENSION, which flags it; look anyway once a second */
+	if ((VqMyExecutorSlot->check_extension ||
+		 TimestampDifferenceExceeds(last_extension_check, now, EXTENSION_CHECK_INTERVAL_MS)) &&
+		!ExtensionStillThere(now))
 	{
 		VqCommitTransaction();
 		SetDatabaseState(VQ_DB_NO_EXTENSION);
@@ -508,6 +524,7 @@ PollCycle(void)
 	{
 		/* (at start too: jobs may have been enqueued before any executor could be told) */
 		PollAllNow(now);
+		relay_next_poll = now;	/* an outbox row's scheduled_at or retry time may be the one */
 		PublishNextDue(VqEarliestFutureDue(now), now);
 		startup_due_checked = true;
 	}
@@ -661,6 +678,7 @@ vq_executor_main(Datum arg)
 
 	/* vq_job's own statements are schema-qualified; nothing should come from elsewhere. */
 	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("synchronous_commit", vq_worker_synchronous_commit ? "on" : "off", PGC_SUSET, PGC_S_OVERRIDE);
 
 	cycle_context = AllocSetContextCreate(TopMemoryContext, "vq_job executor cycle", ALLOCSET_DEFAULT_SIZES);
 	ctl.keysize = VQ_NAME_MAX + 1;
@@ -671,6 +689,7 @@ vq_executor_main(Datum arg)
 	VqDispatchInit();
 
 	last_wake_count = pg_atomic_read_u64(&VqMyDatabaseSlot->wake_count);
+	last_relay_wake_count = pg_atomic_read_u64(&VqMyDatabaseSlot->relay_wake_count);
 	while (!ShutdownRequestPending)
 	{
 		uint64		wake_count;
@@ -683,16 +702,24 @@ vq_executor_main(Datum arg)
 			ProcessConfigFile(PGC_SIGHUP);
 			if (!VqDatabaseSelected(MyDatabaseName()))
 				break;			/* vq.databases no longer names this database */
+			SetConfigOption("synchronous_commit", vq_worker_synchronous_commit ? "on" : "off",
+							PGC_SUSET, PGC_S_OVERRIDE);
 		}
 		if (my_index >= Min(vq_executors_per_database, VQ_MAX_EXECUTORS))
 			break;				/* the pool was made smaller */
 
-		/* A transaction that enqueued due work committed since we last looked. */
+		/* A transaction that enqueued due work (or published outbox rows) committed since we last looked. */
 		wake_count = pg_atomic_read_u64(&VqMyDatabaseSlot->wake_count);
 		if (wake_count != last_wake_count)
 		{
 			last_wake_count = wake_count;
 			PollAllNow(GetCurrentTimestamp());
+		}
+		wake_count = pg_atomic_read_u64(&VqMyDatabaseSlot->relay_wake_count);
+		if (wake_count != last_relay_wake_count)
+		{
+			last_relay_wake_count = wake_count;
+			relay_next_poll = GetCurrentTimestamp();
 		}
 
 		claimed = PollCycle();	/* exits the process if the extension is gone */

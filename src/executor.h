@@ -48,6 +48,7 @@ typedef struct VqOutcome
 	char	   *error;			/* FAILED / ABANDONED */
 	bool		permanent;		/* FAILED for good: no retry whatever the attempts left */
 	int64		duration_us;
+	TimestampTz started_at;		/* when the handler was called */
 	bool		wrote;			/* the handler's subtransaction got an XID */
 	int64		progress_total;
 	int64		progress_succeeded;

@@ -373,7 +373,16 @@ static void
 LauncherWakeupXactCallback(XactEvent event, void *arg)
 {
 	if (wake_executors_at_commit && event == XACT_EVENT_COMMIT)
+	{
+		VqDatabaseSlot *slot;
+
+		LWLockAcquire(VqShared->lock, LW_EXCLUSIVE);
+		slot = VqFindDatabaseSlot(MyDatabaseId);
+		for (int i = 0; slot != NULL && i < VQ_MAX_EXECUTORS; i++)
+			slot->executors[i].check_extension = true;
+		LWLockRelease(VqShared->lock);
 		VqWakeDatabase(MyDatabaseId, true, 0);
+	}
 	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT)
 	{
 		/* a database statement is over: its database may be served again (or a new one served) */

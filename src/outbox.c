@@ -82,7 +82,7 @@ InsertRow(VqRegistry *registry, const char *type, const char *destination, Funct
 	VqRestoreUser(&saved);
 
 	/* the relay runs in the executors: wake them at commit (or at the row's time) */
-	VqNoteJobDue(PG_ARGISNULL(scheduled_arg) ? GetCurrentTimestamp() : PG_GETARG_TIMESTAMPTZ(scheduled_arg));
+	VqNoteOutboxDue(PG_ARGISNULL(scheduled_arg) ? GetCurrentTimestamp() : PG_GETARG_TIMESTAMPTZ(scheduled_arg));
 	return id;
 }
 

@@ -74,7 +74,11 @@ VqPersistCompleted(List *jobs, List *outcomes, TimestampTz now)
 	int			n = list_length(jobs);
 	Datum	   *ids = palloc(sizeof(Datum) * n);
 	Datum	   *froms = palloc(sizeof(Datum) * n);
-	Datum		values[6];
+	Datum	   *starts = palloc(sizeof(Datum) * n);
+	bool	   *start_nulls = palloc(sizeof(bool) * n);
+	int			dims[1] = {n};
+	int			lbs[1] = {1};
+	Datum		values[7];
 	int			i = 0;
 	ListCell   *lc;
 
@@ -82,8 +86,12 @@ VqPersistCompleted(List *jobs, List *outcomes, TimestampTz now)
 	{
 		VqJob	   *job = lfirst(lc);
 
+		VqOutcome  *o = list_nth(outcomes, i);
+
 		ids[i] = UUIDPGetDatum(&job->execution_id);
 		froms[i] = CStringGetTextDatum(job->running ? "RUNNING" : "ENQUEUED");
+		starts[i] = TimestampTzGetDatum(o->started_at);
+		start_nulls[i] = (o->started_at == 0);
 		i++;
 	}
 	values[0] = PointerGetDatum(construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
@@ -92,21 +100,26 @@ VqPersistCompleted(List *jobs, List *outcomes, TimestampTz now)
 	values[3] = ProgressArray(outcomes, 0);
 	values[4] = ProgressArray(outcomes, 1);
 	values[5] = ProgressArray(outcomes, 2);
+	values[6] = PointerGetDatum(construct_md_array(starts, start_nulls, 1, dims, lbs, TIMESTAMPTZOID, 8,
+												   FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 
 	Write(VqKeepPlan(&completed_plan,
 			   "WITH done AS ("
 			   " UPDATE vq.job j SET state = 'COMPLETED', finished_at = $2, updated_at = $2,"
 			   "  last_error = NULL, worker_pid = NULL, worker_started_at = NULL,"
+			   "  started_at = coalesce(j.started_at, u.st),"
 			   "  progress_total = coalesce(u.t, j.progress_total),"
 			   "  progress_succeeded = coalesce(u.s, j.progress_succeeded),"
 			   "  progress_failed = coalesce(u.f, j.progress_failed)"
 			   " FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($3), pg_catalog.unnest($4),"
-			   "                 pg_catalog.unnest($5), pg_catalog.unnest($6)) AS u(e, fs, t, s, f)"
+			   "                 pg_catalog.unnest($5), pg_catalog.unnest($6), pg_catalog.unnest($7))"
+			   "  AS u(e, fs, t, s, f, st)"
 			   " WHERE j.execution_id OPERATOR(pg_catalog.=) u.e"
 			   " RETURNING j.execution_id, j.attempt_number, u.fs)"
 			   " INSERT INTO vq.job_transition (execution_id, attempt_number, kind, from_state, to_state, at)"
 			   " SELECT execution_id, attempt_number, 'COMPLETED', fs::vq.job_state, 'COMPLETED', $2 FROM done",
-			   6, (Oid[]) {UUIDARRAYOID, TIMESTAMPTZOID, TEXTARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID}),
+			   7, (Oid[]) {UUIDARRAYOID, TIMESTAMPTZOID, TEXTARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID,
+			   TIMESTAMPTZARRAYOID}),
 		  values, NULL);
 }
 

@@ -26,7 +26,11 @@
 
 static SPIPlanPtr delete_plan = NULL;
 
-/* Delete one batch of expired jobs (with their history and logs); returns how many. */
+/*
+ * Delete one batch of expired jobs (with their history and logs); returns how
+ * many. Each cutoff bounds an index range scan of job_finished_idx, so a
+ * round reads only what it deletes, however many finished jobs are kept.
+ */
 static uint64
 DeleteBatch(TimestampTz finished_before, TimestampTz dead_before)
 {
@@ -44,14 +48,17 @@ DeleteBatch(TimestampTz finished_before, TimestampTz dead_before)
 	{
 		Oid			types[3] = {TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID};
 
-		delete_plan = SPI_prepare("WITH expired AS ("
+		delete_plan = SPI_prepare("WITH done AS ("
 								  "  SELECT execution_id FROM vq.job"
-								  "  WHERE finished_at IS NOT NULL AND ("
-								  "   (state OPERATOR(pg_catalog.=) ANY ('{COMPLETED,CANCELLED}'::vq.job_state[])"
-								  "    AND finished_at OPERATOR(pg_catalog.<) $1)"
-								  "   OR (state OPERATOR(pg_catalog.=) 'DEAD_LETTER'::vq.job_state"
-								  "    AND finished_at OPERATOR(pg_catalog.<) $2))"
+								  "  WHERE finished_at OPERATOR(pg_catalog.<) $1"
+								  "  AND state OPERATOR(pg_catalog.=) ANY ('{COMPLETED,CANCELLED}'::vq.job_state[])"
 								  "  LIMIT $3 FOR UPDATE SKIP LOCKED),"
+								  " dead AS ("
+								  "  SELECT execution_id FROM vq.job"
+								  "  WHERE finished_at OPERATOR(pg_catalog.<) $2"
+								  "  AND state OPERATOR(pg_catalog.=) 'DEAD_LETTER'::vq.job_state"
+								  "  LIMIT $3 FOR UPDATE SKIP LOCKED),"
+								  " expired AS (SELECT execution_id FROM done UNION ALL SELECT execution_id FROM dead),"
 								  " logs AS (DELETE FROM vq.job_log l USING expired e"
 								  "  WHERE l.execution_id OPERATOR(pg_catalog.=) e.execution_id),"
 								  " history AS (DELETE FROM vq.job_transition t USING expired e"

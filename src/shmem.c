@@ -66,6 +66,7 @@ VqShmemStartup(void)
 			slot->dboid = InvalidOid;
 			slot->state = VQ_DB_FREE;
 			pg_atomic_init_u64(&slot->wake_count, 0);
+			pg_atomic_init_u64(&slot->relay_wake_count, 0);
 			pg_atomic_init_u64(&slot->next_due, (uint64) VQ_NO_NEXT_DUE);
 		}
 	}
@@ -126,6 +127,26 @@ VqWakeDatabase(Oid dboid, bool due_now, TimestampTz next_due)
 				   !pg_atomic_compare_exchange_u64(&slot->next_due, &cur, (uint64) next_due))
 				;
 		}
+		for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
+			if (slot->executors[i].pid != 0 && slot->executors[i].latch != NULL)
+				SetLatch(slot->executors[i].latch);
+	}
+	LWLockRelease(VqShared->lock);
+}
+
+/* Tell the executors of a database that outbox rows due now were committed. */
+void
+VqWakeRelay(Oid dboid)
+{
+	VqDatabaseSlot *slot;
+
+	if (VqShared == NULL)
+		return;
+	LWLockAcquire(VqShared->lock, LW_SHARED);
+	slot = VqFindDatabaseSlot(dboid);
+	if (slot != NULL)
+	{
+		pg_atomic_fetch_add_u64(&slot->relay_wake_count, 1);
 		for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
 			if (slot->executors[i].pid != 0 && slot->executors[i].latch != NULL)
 				SetLatch(slot->executors[i].latch);

@@ -37,6 +37,7 @@ typedef struct VqExecutorSlot
 	int			pid;			/* 0 when the entry is free */
 	TimestampTz started_at;		/* with pid, identifies this incarnation in vq.job.worker_* */
 	Latch	   *latch;
+	bool		check_extension;	/* DROP EXTENSION committed: look at once */
 	/* claim accounting: rows this executor has claimed and not finished, and their queue */
 	char		queue[VQ_NAME_MAX + 1];
 	int			claimed;
@@ -60,6 +61,7 @@ typedef struct VqDatabaseSlot
 	TimestampTz paused_until;	/* a utility statement needs the database alone until then */
 	char		capacity_wait[VQ_NAME_MAX + 1];	/* a queue an executor found at capacity ('' = none) */
 	pg_atomic_uint64 wake_count;	/* commits that enqueued due work */
+	pg_atomic_uint64 relay_wake_count;	/* commits that published outbox rows due now */
 	pg_atomic_uint64 next_due;	/* earliest future scheduled_at enqueued (TimestampTz) */
 	VqExecutorSlot executors[VQ_MAX_EXECUTORS];
 } VqDatabaseSlot;
@@ -83,6 +85,9 @@ extern VqDatabaseSlot *VqFindDatabaseSlot(Oid dboid);
 
 /* Tell the executors of a database that work was committed: due now, or at next_due. */
 extern void VqWakeDatabase(Oid dboid, bool due_now, TimestampTz next_due);
+
+/* Tell the executors of a database that outbox rows due now were committed. */
+extern void VqWakeRelay(Oid dboid);
 
 /* Wake the launcher (e.g. after CREATE EXTENSION commits in this database). */
 extern void VqWakeLauncher(void);

@@ -29,6 +29,7 @@ int			vq_shutdown_grace_ms = 5000;
 char	   *vq_handler_search_path = NULL;
 int			vq_retention_finished_s = 86400;
 int			vq_retention_dead_letter_s = 604800;
+bool		vq_worker_synchronous_commit = true;
 
 void		_PG_init(void);
 
@@ -97,6 +98,12 @@ DefineSettings(void)
 							"How long DEAD_LETTER jobs are kept (with their history and logs); -1 keeps them.",
 							NULL, &vq_retention_dead_letter_s, 604800, -1, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomBoolVariable("vq.worker_synchronous_commit",
+							 "Whether the executors wait for their commits (outcomes, relayed rows) to reach disk.",
+							 "Off: a crash may undo the last moments of outcomes, and those jobs run again together with their "
+							 "handlers' writes, which were undone with them; nothing is lost or applied twice.",
+							 &vq_worker_synchronous_commit, true,
+							 PGC_SIGHUP, 0, NULL, NULL, NULL);
 	VqContextInit();
 	MarkGUCPrefixReserved("vq");
 }
