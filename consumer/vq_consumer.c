@@ -1346,10 +1346,17 @@ pull_batch(void)
 				c_payload;
 
 	snprintf(batch, sizeof(batch), "%d", opt.batch);
-	/* do not retry after a reconnect: the caller pulls again anyway */
+	/*
+	 * Do not retry after a reconnect: the caller pulls again anyway. The claim
+	 * commits without waiting for its WAL flush (set_config(..., true) lasts for
+	 * this statement's transaction only): a claim lost in a crash just lets the
+	 * job time out and be announced again. Replies stay synchronous.
+	 */
 	res = query("vq_pull",
-				"SELECT execution_id::text AS execution_id, job_id, handler, attempt, "
-				"payload::text AS payload FROM vq_pull($1::text, $2::integer)",
+				"SELECT p.execution_id::text AS execution_id, p.job_id, p.handler, p.attempt, "
+				"p.payload::text AS payload "
+				"FROM pg_catalog.set_config('synchronous_commit', 'off', true) AS s, "
+				"vq_pull($1::text, $2::integer) AS p",
 				2, params, false);
 	if (res == NULL)
 		return -1;

@@ -535,7 +535,8 @@ PollCycle(void)
 	/* The outbox relay: when it delivered rows, commit them before claiming jobs. */
 	if (relay_next_poll <= now)
 	{
-		if (VqRelayBatch(registry, vq_batch_size, now) > 0)
+		/* each delivered row writes in its own subtransaction: stay under the 64 a backend caches */
+		if (VqRelayBatch(registry, Min(vq_batch_size, BATCH_MAX_WRITING_SUBXACTS), now) > 0)
 		{
 			relay_delay_ms = RELAY_POLL_BASE_MS;
 			relay_next_poll = now;
@@ -598,6 +599,9 @@ PollCycle(void)
 		}
 		SetClaimed(list_length(jobs), false);
 		claimed = true;
+		/* a full batch: more may be due; let another executor help */
+		if (list_length(jobs) == room)
+			VqWakeDatabase(VqMyDatabase, true, 0);
 		visible = RunBatch(jobs, queue);
 		visible_queue = queue;
 	}
@@ -723,6 +727,8 @@ vq_executor_main(Datum arg)
 		}
 
 		claimed = PollCycle();	/* exits the process if the extension is gone */
+		/* a background worker reports its table statistics itself (autovacuum depends on them) */
+		pgstat_report_stat(false);
 
 		if (my_index == 0 &&
 			TimestampDifferenceExceeds(last_retention, GetCurrentTimestamp(), RETENTION_INTERVAL_MS))
@@ -733,8 +739,14 @@ vq_executor_main(Datum arg)
 		if (claimed)
 			continue;
 
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 SleepMs(), PG_WAIT_EXTENSION);
+		/* announce the sleep, then look once more at what a waker would have changed */
+		VqMyExecutorSlot->sleeping = true;
+		pg_memory_barrier();
+		if (pg_atomic_read_u64(&VqMyDatabaseSlot->wake_count) == last_wake_count &&
+			pg_atomic_read_u64(&VqMyDatabaseSlot->relay_wake_count) == last_relay_wake_count)
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 SleepMs(), PG_WAIT_EXTENSION);
+		VqMyExecutorSlot->sleeping = false;
 		ResetLatch(MyLatch);
 	}
 	proc_exit(0);

@@ -356,6 +356,7 @@ vq_launcher_main(Datum arg)
 			ForgetDatabases();
 		}
 
+		pgstat_report_stat(false);
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 Max(timeout, 10), PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);

@@ -87,6 +87,29 @@ VqShmemInit(void)
 	shmem_startup_hook = VqShmemStartup;
 }
 
+/*
+ * Set the latch of one sleeping executor of the slot (caller holds the lock).
+ * One is enough: the counters it reads tell it what changed, an executor that
+ * claims a full batch wakes the next one, and a busy executor reads the
+ * counters before it sleeps again. (An executor announces it sleeps, issues a
+ * barrier, then rereads the counters; the waker bumps a counter, an atomic
+ * with a full barrier, then looks for sleepers: one of the two sees the other.)
+ */
+static void
+WakeOneExecutor(VqDatabaseSlot *slot)
+{
+	for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
+	{
+		VqExecutorSlot *e = &slot->executors[i];
+
+		if (e->pid != 0 && e->latch != NULL && e->sleeping)
+		{
+			SetLatch(e->latch);
+			return;
+		}
+	}
+}
+
 /* The slot of a database, or NULL (caller holds VqShared->lock). */
 VqDatabaseSlot *
 VqFindDatabaseSlot(Oid dboid)
@@ -100,7 +123,7 @@ VqFindDatabaseSlot(Oid dboid)
 /*
  * Tell the executors of a database that work was committed. Due work bumps the
  * wake counter; future work lowers next_due to the earliest instant known.
- * Either way every executor's latch is set so it re-plans its sleep. A
+ * Either way a sleeping executor's latch is set so it re-plans its sleep. A
  * database without running executors has nothing to wake: they poll on start.
  */
 void
@@ -127,9 +150,7 @@ VqWakeDatabase(Oid dboid, bool due_now, TimestampTz next_due)
 				   !pg_atomic_compare_exchange_u64(&slot->next_due, &cur, (uint64) next_due))
 				;
 		}
-		for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
-			if (slot->executors[i].pid != 0 && slot->executors[i].latch != NULL)
-				SetLatch(slot->executors[i].latch);
+		WakeOneExecutor(slot);
 	}
 	LWLockRelease(VqShared->lock);
 }
@@ -147,9 +168,7 @@ VqWakeRelay(Oid dboid)
 	if (slot != NULL)
 	{
 		pg_atomic_fetch_add_u64(&slot->relay_wake_count, 1);
-		for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
-			if (slot->executors[i].pid != 0 && slot->executors[i].latch != NULL)
-				SetLatch(slot->executors[i].latch);
+		WakeOneExecutor(slot);
 	}
 	LWLockRelease(VqShared->lock);
 }

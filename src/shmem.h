@@ -38,6 +38,7 @@ typedef struct VqExecutorSlot
 	TimestampTz started_at;		/* with pid, identifies this incarnation in vq.job.worker_* */
 	Latch	   *latch;
 	bool		check_extension;	/* DROP EXTENSION committed: look at once */
+	bool		sleeping;		/* waiting on its latch: the one to wake for new work */
 	/* claim accounting: rows this executor has claimed and not finished, and their queue */
 	char		queue[VQ_NAME_MAX + 1];
 	int			claimed;
