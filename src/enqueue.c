@@ -447,7 +447,8 @@ InsertOne(const JobSpec *spec, Datum payload, bool payload_null, text *job_id)
 	SPI_finish();
 	VqRestoreUser(&saved);
 	error_context_stack = errcb.previous;
-	VqNoteJobDue(spec->scheduled_at);
+	if (!spec->queue->paused)	/* nobody claims from a paused queue: waking would be wasted */
+		VqNoteJobDue(spec->scheduled_at);
 	return result;
 }
 
@@ -647,7 +648,8 @@ vq_enqueue_many(PG_FUNCTION_ARGS)
 	SPI_finish();
 	VqRestoreUser(&saved);
 	error_context_stack = errcb.previous;
-	VqNoteJobDue(spec.scheduled_at);
+	if (!spec.queue->paused)
+		VqNoteJobDue(spec.scheduled_at);
 
 	PG_RETURN_ARRAYTYPE_P(construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
 }
