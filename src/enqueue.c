@@ -696,3 +696,59 @@ VqEnqueueResolved(const char *handler_name, const char *queue_name, int32 priori
 	spec.scheduled_at = scheduled_at;
 	return InsertOne(&spec, payload, payload_null, NULL);
 }
+
+/*
+ * Insert n jobs, each with its own settings already resolved and validated by
+ * the caller (the outbox relay, set-based). Generated ids; errors propagate.
+ */
+void
+VqEnqueueManyResolved(VqRegistry *registry, int n, Datum *handlers, Datum *addresses, Datum *queues,
+					  Datum *priorities, Datum *max_attempts, Datum *scheduled, Datum *payloads,
+					  bool *payload_nulls, Datum *metadatas, Datum *enqueued_by)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[11] = {TIMESTAMPTZOID, UUIDARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID,
+		INT4ARRAYOID, INT4ARRAYOID, TIMESTAMPTZARRAYOID, JSONBARRAYOID, JSONBARRAYOID, REGROLEARRAYOID};
+	Datum		values[11];
+	Datum	   *ids = palloc(sizeof(Datum) * n);
+	pg_uuid_t  *uuids = palloc(sizeof(pg_uuid_t) * n);
+	int			dims[1] = {n};
+	int			lbs[1] = {1};
+	TimestampTz earliest = VQ_NO_NEXT_DUE;
+	VqSavedUser saved;
+
+	for (int i = 0; i < n; i++)
+	{
+		NewUuid(&uuids[i]);
+		ids[i] = UUIDPGetDatum(&uuids[i]);
+		earliest = Min(earliest, DatumGetTimestampTz(scheduled[i]));
+	}
+	values[0] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	values[1] = PointerGetDatum(construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
+	values[2] = PointerGetDatum(construct_array(handlers, n, TEXTOID, -1, false, TYPALIGN_INT));
+	values[3] = PointerGetDatum(construct_array(addresses, n, TEXTOID, -1, false, TYPALIGN_INT));
+	values[4] = PointerGetDatum(construct_array(queues, n, TEXTOID, -1, false, TYPALIGN_INT));
+	values[5] = PointerGetDatum(construct_array(priorities, n, INT4OID, 4, true, TYPALIGN_INT));
+	values[6] = PointerGetDatum(construct_array(max_attempts, n, INT4OID, 4, true, TYPALIGN_INT));
+	values[7] = PointerGetDatum(construct_array(scheduled, n, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	values[8] = PointerGetDatum(construct_md_array(payloads, payload_nulls, 1, dims, lbs, JSONBOID, -1, false, TYPALIGN_INT));
+	values[9] = PointerGetDatum(construct_array(metadatas, n, JSONBOID, -1, false, TYPALIGN_INT));
+	values[10] = PointerGetDatum(construct_array(enqueued_by, n, REGROLEOID, 4, true, TYPALIGN_INT));
+
+	VqBecomeOwner(registry, &saved);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "vq_job: SPI_connect failed");
+	RunWrite(VqKeepPlan(&plan,
+						"INSERT INTO vq.job " JOB_COLUMNS
+						" SELECT u.e, 'ENQUEUED', u.pr, 0, u.ma, u.sa, $1, $1, u.eb, u.q,"
+						"  'delayed-' OPERATOR(pg_catalog.||) u.e::pg_catalog.text, u.h, u.a, u.p, u.m"
+						" FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3), pg_catalog.unnest($4),"
+						"  pg_catalog.unnest($5), pg_catalog.unnest($6), pg_catalog.unnest($7), pg_catalog.unnest($8),"
+						"  pg_catalog.unnest($9), pg_catalog.unnest($10), pg_catalog.unnest($11))"
+						" AS u(e, h, a, q, pr, ma, sa, p, m, eb)",
+						11, types),
+			 values, NULL, SPI_OK_INSERT);
+	SPI_finish();
+	VqRestoreUser(&saved);
+	VqNoteJobDue(earliest);
+}

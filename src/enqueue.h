@@ -25,4 +25,9 @@ extern Datum VqEnqueueResolved(const char *handler_name, const char *queue_name,
 							   int32 max_attempts, TimestampTz scheduled_at, Datum payload,
 							   bool payload_null, Jsonb *metadata, Oid enqueued_by);
 
+/* Insert many jobs with settings resolved and validated by the caller (the relay, set-based). */
+extern void VqEnqueueManyResolved(VqRegistry *registry, int n, Datum *handlers, Datum *addresses,
+								  Datum *queues, Datum *priorities, Datum *max_attempts, Datum *scheduled,
+								  Datum *payloads, bool *payload_nulls, Datum *metadatas, Datum *enqueued_by);
+
 #endif							/* VQ_ENQUEUE_H */

@@ -535,8 +535,7 @@ PollCycle(void)
 	/* The outbox relay: when it delivered rows, commit them before claiming jobs. */
 	if (relay_next_poll <= now)
 	{
-		/* each delivered row writes in its own subtransaction: stay under the 64 a backend caches */
-		if (VqRelayBatch(registry, Min(vq_batch_size, BATCH_MAX_WRITING_SUBXACTS), now) > 0)
+		if (VqRelayBatch(registry, vq_batch_size, now) > 0)
 		{
 			relay_delay_ms = RELAY_POLL_BASE_MS;
 			relay_next_poll = now;

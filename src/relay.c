@@ -380,6 +380,163 @@ RecordUndelivered(OutboxRow *row, RelayResult result, const char *message, Times
 }
 
 /*
+ * Check a DELAYED_JOB row as the enqueue would, writing nothing. On success
+ * fills in the job's handler and settings; otherwise says why, and whether
+ * that is permanent or unresolvable.
+ */
+static RelayResult
+CheckDelayedJob(VqRegistry *registry, OutboxRow *row, VqHandler **handler, VqQueue **queue,
+				int32 *priority, int32 *max_attempts, char **message)
+{
+	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(row->published_by)))
+	{
+		*message = psprintf("role %u that published the row no longer exists", row->published_by);
+		return RELAY_PERMANENT;
+	}
+	if (row->snap_queue == NULL || !SnapshotInt(row->snap_priority, priority) ||
+		!SnapshotInt(row->snap_max_attempts, max_attempts))
+	{
+		*message = pstrdup("metadata.delivery.delayedJob snapshot (queue, priority, maxAttempts) is missing or malformed");
+		return RELAY_PERMANENT;
+	}
+	*handler = VqLookupHandler(registry, row->destination);
+	if (*handler == NULL)
+	{
+		*message = psprintf("target \"%s\" is not registered", row->destination);
+		return RELAY_UNRESOLVABLE;
+	}
+	*queue = VqLookupQueue(registry, row->snap_queue);
+	if (*queue == NULL)
+	{
+		*message = psprintf("queue \"%s\" does not exist", row->snap_queue);
+		return RELAY_PERMANENT;
+	}
+	if (*max_attempts < 1 || *max_attempts > VQ_MAX_ATTEMPTS_LIMIT)
+	{
+		*message = psprintf("max_attempts must be between 1 and %d, got %d", VQ_MAX_ATTEMPTS_LIMIT, *max_attempts);
+		return RELAY_PERMANENT;
+	}
+	if (row->context != NULL && !JB_ROOT_IS_OBJECT(row->context))
+	{
+		*message = pstrdup("metadata must be a JSON object");
+		return RELAY_PERMANENT;
+	}
+	if ((*handler)->is_function &&
+		(!SearchSysCacheExists1(PROCOID, ObjectIdGetDatum((*handler)->fn)) ||
+		 vq_proc_aclcheck((*handler)->fn, row->published_by, ACL_EXECUTE) != ACLCHECK_OK))
+	{
+		*message = psprintf("permission denied to enqueue a job for handler \"%s\" (or its function is gone)",
+							(*handler)->name);
+		return RELAY_PERMANENT;
+	}
+	return RELAY_SUCCESS;
+}
+
+/*
+ * Deliver the DELAYED_JOB rows of a batch together: each is checked (failures
+ * recorded at once), and the valid ones are enqueued by one set-based insert
+ * in a subtransaction, so a batch needs neither a subtransaction per row nor
+ * one statement per row. Should that insert fail anyway, its rows are
+ * returned with the other rows, to be delivered one by one. Returns the rows
+ * still to deliver.
+ */
+static List *
+DeliverDelayedJobsTogether(VqRegistry *registry, List *rows, Datum *published, int *npublished, TimestampTz now)
+{
+	int			max = list_length(rows);
+	Datum	   *handlers = palloc(sizeof(Datum) * max);
+	Datum	   *addresses = palloc(sizeof(Datum) * max);
+	Datum	   *queues = palloc(sizeof(Datum) * max);
+	Datum	   *priorities = palloc(sizeof(Datum) * max);
+	Datum	   *attempts = palloc(sizeof(Datum) * max);
+	Datum	   *scheduled = palloc(sizeof(Datum) * max);
+	Datum	   *payloads = palloc(sizeof(Datum) * max);
+	bool	   *payload_nulls = palloc(sizeof(bool) * max);
+	Datum	   *metadatas = palloc(sizeof(Datum) * max);
+	Datum	   *roles = palloc(sizeof(Datum) * max);
+	List	   *together = NIL;
+	List	   *rest = NIL;
+	Datum		empty = DirectFunctionCall1(jsonb_in, CStringGetDatum("{}"));
+	MemoryContext caller_context = CurrentMemoryContext;
+	ResourceOwner caller_owner = CurrentResourceOwner;
+	bool		inserted = false;
+	int			n = 0;
+	ListCell   *lc;
+
+	foreach(lc, rows)
+	{
+		OutboxRow  *row = lfirst(lc);
+		VqHandler  *handler;
+		VqQueue    *queue;
+		int32		priority;
+		int32		max_attempts;
+		char	   *message = NULL;
+		RelayResult result;
+
+		if (strcmp(row->type, "DELAYED_JOB") != 0)
+		{
+			rest = lappend(rest, row);
+			continue;
+		}
+		result = CheckDelayedJob(registry, row, &handler, &queue, &priority, &max_attempts, &message);
+		if (result != RELAY_SUCCESS)
+		{
+			RecordUndelivered(row, result, message, now);
+			continue;
+		}
+		handlers[n] = handler->name_datum;
+		addresses[n] = handler->address_datum;
+		queues[n] = queue->name_datum;
+		priorities[n] = Int32GetDatum(priority);
+		attempts[n] = Int32GetDatum(max_attempts);
+		scheduled[n] = TimestampTzGetDatum(row->has_scheduled_at ? row->scheduled_at
+										   : GetCurrentTransactionStartTimestamp());
+		payloads[n] = row->payload;
+		payload_nulls[n] = (row->payload == (Datum) 0);
+		metadatas[n] = row->context ? JsonbPGetDatum(row->context) : empty;
+		roles[n] = ObjectIdGetDatum(row->published_by);
+		together = lappend(together, row);
+		n++;
+	}
+	if (n == 0)
+		return rest;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(caller_context);
+	PG_TRY();
+	{
+		VqEnqueueManyResolved(registry, n, handlers, addresses, queues, priorities, attempts,
+							  scheduled, payloads, payload_nulls, metadatas, roles);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(caller_context);
+		CurrentResourceOwner = caller_owner;
+		inserted = true;
+	}
+	PG_CATCH();
+	{
+		/* not expected after the checks: fall back to one row at a time, which records each row's error */
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(caller_context);
+		edata = CopyErrorData();
+		FlushErrorState();
+		ereport(LOG, (errmsg("vq_job: relaying %d outbox rows together failed (%s); relaying them one by one",
+							 n, edata->message)));
+		FreeErrorData(edata);
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(caller_context);
+		CurrentResourceOwner = caller_owner;
+	}
+	PG_END_TRY();
+
+	if (!inserted)
+		return list_concat(together, rest);
+	foreach(lc, together)
+		published[(*npublished)++] = Int64GetDatum(((OutboxRow *) lfirst(lc))->id);
+	return rest;
+}
+
+/*
  * Relay one batch of due outbox rows this database can serve, in the caller's
  * transaction (connected to SPI). Returns the number of rows handled.
  */
@@ -390,6 +547,7 @@ VqRelayBatch(VqRegistry *registry, int limit, TimestampTz now)
 	List	   *rows = NIL;
 	Datum	   *published;
 	int			npublished = 0;
+	int			nclaimed;
 	ListCell   *lc;
 
 	values[0] = TimestampTzGetDatum(now);
@@ -420,13 +578,23 @@ VqRelayBatch(VqRegistry *registry, int limit, TimestampTz now)
 		return 0;
 
 	published = palloc(sizeof(Datum) * list_length(rows));
+	nclaimed = list_length(rows);
+
+	/* DELAYED_JOB rows: checked one by one, the valid ones enqueued by one statement */
+	rows = DeliverDelayedJobsTogether(registry, rows, published, &npublished, now);
+
+	/*
+	 * The rest (and DELAYED_JOB rows if the set-based insert failed): one
+	 * subtransaction each, at most 60 per transaction (a backend caches 64
+	 * subtransaction XIDs; beyond, every snapshot in the cluster slows down).
+	 */
 	foreach(lc, rows)
 	{
 		OutboxRow  *row = lfirst(lc);
 		char	   *message;
 		RelayResult result;
 
-		if (ShutdownRequestPending)
+		if (ShutdownRequestPending || foreach_current_index(lc) >= 60)
 			break;				/* rows not reached stay PENDING: their locks go with the commit */
 		result = DeliverRow(registry, row, &message);
 
@@ -449,5 +617,5 @@ VqRelayBatch(VqRegistry *registry, int limit, TimestampTz now)
 							 args, NULL, false, 0) != SPI_OK_UPDATE)
 			elog(ERROR, "vq_job: marking outbox rows published failed");
 	}
-	return list_length(rows);
+	return nclaimed;
 }
