@@ -927,7 +927,7 @@ RETURNS TABLE (execution_id uuid, job_id text, handler text, attempt integer, pa
                metadata jsonb, scheduled_at timestamptz)
     LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'vq_pull';
 COMMENT ON FUNCTION vq_pull(text, integer)
-    IS 'claim due jobs of a NOTIFY handler for this consumer (catch-up after downtime)';
+    IS 'take announced jobs of a NOTIFY handler that no consumer took yet (also the catch-up after downtime)';
 CREATE FUNCTION vq_job_payload(execution_id uuid) RETURNS jsonb
     LANGUAGE c STABLE STRICT PARALLEL RESTRICTED AS 'MODULE_PATHNAME', 'vq_job_payload';
 
