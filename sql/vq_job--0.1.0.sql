@@ -1021,6 +1021,88 @@ REVOKE ALL ON FUNCTION vq_grant_consumer(text, regrole), vq_revoke_consumer(text
        FROM PUBLIC;
 
 ------------------------------------------------------------------------------
+-- Operations: re-drive dead letters, metrics (not granted to PUBLIC / granted).
+------------------------------------------------------------------------------
+
+-- Re-enqueue dead-lettered jobs with fresh attempts (one REDRIVEN transition each): one job,
+-- or every dead letter matching the filters (NULL = any). A job whose job_id an unfinished job
+-- holds meanwhile is left dead-lettered. Returns the number re-enqueued.
+CREATE FUNCTION vq_redrive(execution_id uuid) RETURNS integer
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT vq.redrive(ARRAY(SELECT j.execution_id FROM vq.job j
+                             WHERE j.execution_id OPERATOR(pg_catalog.=) vq_redrive.execution_id
+                               AND j.state OPERATOR(pg_catalog.=) 'DEAD_LETTER'::vq.job_state));
+$$;
+
+CREATE FUNCTION vq_redrive(handler text DEFAULT NULL, queue text DEFAULT NULL,
+                           finished_after timestamptz DEFAULT NULL) RETURNS integer
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT vq.redrive(ARRAY(SELECT j.execution_id FROM vq.job j
+                             WHERE j.state OPERATOR(pg_catalog.=) 'DEAD_LETTER'::vq.job_state
+                               AND (vq_redrive.handler IS NULL OR j.handler OPERATOR(pg_catalog.=) vq_redrive.handler)
+                               AND (vq_redrive.queue IS NULL OR j.queue OPERATOR(pg_catalog.=) vq_redrive.queue)
+                               AND (vq_redrive.finished_after IS NULL
+                                    OR j.finished_at OPERATOR(pg_catalog.>=) vq_redrive.finished_after)));
+$$;
+
+CREATE FUNCTION vq.redrive(ids uuid[]) RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    id uuid;
+    n integer := 0;
+BEGIN
+    FOREACH id IN ARRAY coalesce(ids, '{}') LOOP
+        BEGIN
+            WITH r AS (
+                UPDATE vq.job j SET state = 'ENQUEUED', attempt_number = 0, scheduled_at = now(),
+                       finished_at = NULL, updated_at = now(), cancel_requested = false
+                 WHERE j.execution_id OPERATOR(pg_catalog.=) id
+                   AND j.state OPERATOR(pg_catalog.=) 'DEAD_LETTER'::vq.job_state
+                RETURNING j.execution_id, j.attempt_number)
+            INSERT INTO vq.job_transition (execution_id, attempt_number, kind, from_state, to_state)
+            SELECT r.execution_id, r.attempt_number, 'REDRIVEN', 'DEAD_LETTER', 'ENQUEUED' FROM r;
+            IF FOUND THEN
+                n := n + 1;
+            END IF;
+        EXCEPTION WHEN unique_violation THEN
+            NULL;   -- an unfinished job holds its job_id now: leave this one dead-lettered
+        END;
+    END LOOP;
+    RETURN n;
+END
+$$;
+
+-- Prometheus-style metric lines for the jobs the caller may see.
+CREATE FUNCTION vq_metrics() RETURNS SETOF text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT format('vq_jobs{queue="%s",state="%s"} %s', s.queue, st.state, st.n)
+      FROM vq.queue_stats s,
+           LATERAL (VALUES ('due', s.due), ('scheduled', s.scheduled), ('running', s.running),
+                           ('completed', s.completed), ('dead_letter', s.dead_letter),
+                           ('cancelled', s.cancelled)) AS st(state, n)
+    UNION ALL
+    SELECT format('vq_oldest_due_seconds{queue="%s"} %s', s.queue,
+                  coalesce(round(extract(epoch FROM s.oldest_due_age)::numeric, 3), 0))
+      FROM vq.queue_stats s
+    UNION ALL
+    SELECT format('vq_completed_last_minute{queue="%s"} %s', s.queue, s.completed_last_minute)
+      FROM vq.queue_stats s
+    UNION ALL
+    SELECT format('vq_outbox_rows{status="%s"} %s', o.status, count(*))
+      FROM vq.outbox o GROUP BY o.status;
+$$;
+
+REVOKE ALL ON FUNCTION vq_redrive(uuid), vq_redrive(text, text, timestamptz), vq.redrive(uuid[]) FROM PUBLIC;
+
+------------------------------------------------------------------------------
 -- Inside a handler (C): structured logs, progress, cooperative cancellation.
 ------------------------------------------------------------------------------
 CREATE FUNCTION vq_log(level text, message text, fields jsonb DEFAULT NULL) RETURNS void
@@ -1060,6 +1142,25 @@ SELECT r.execution_id, j.job_id, r.handler, j.queue, r.attempt_number, r.started
   FROM vq.running_jobs_now() r
   JOIN vq.job j ON j.execution_id OPERATOR(pg_catalog.=) r.execution_id;
 GRANT SELECT ON vq.running_jobs TO PUBLIC;
+
+-- Per queue: jobs by state, how late the oldest due job is, and what finished in the last minute.
+CREATE VIEW vq.queue_stats WITH (security_invoker = true) AS
+SELECT q.name AS queue,
+       q.paused,
+       count(j.*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'ENQUEUED' AND j.scheduled_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS due,
+       count(j.*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'ENQUEUED' AND j.scheduled_at OPERATOR(pg_catalog.>) pg_catalog.now()) AS scheduled,
+       count(j.*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'RUNNING') AS running,
+       count(j.*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'COMPLETED') AS completed,
+       count(j.*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'DEAD_LETTER') AS dead_letter,
+       count(j.*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'CANCELLED') AS cancelled,
+       pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.min(j.scheduled_at) FILTER (
+           WHERE j.state OPERATOR(pg_catalog.=) 'ENQUEUED' AND j.scheduled_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS oldest_due_age,
+       count(j.*) FILTER (WHERE j.finished_at OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 minute')
+                          AND j.state OPERATOR(pg_catalog.=) 'COMPLETED') AS completed_last_minute
+  FROM vq.queue q
+  LEFT JOIN vq.job j ON j.queue OPERATOR(pg_catalog.=) q.name
+ GROUP BY q.name, q.paused;
+GRANT SELECT ON vq.queue_stats TO PUBLIC;
 
 -- Dead-lettered jobs (nothing runs them again).
 CREATE VIEW vq.dead_letters WITH (security_invoker = true) AS

@@ -68,6 +68,29 @@ RESET ROLE;
 SELECT count(*) FROM vq.running_jobs;
 SELECT count(*) FROM vq.dead_letters;
 
+-- Re-drive: a dead letter gets fresh attempts (one REDRIVEN transition); others are untouched.
+SELECT vq_enqueue('ops_h', '{"n": 9}', now() + interval '1 hour', job_id => 'ops-dead') AS id5 \gset
+UPDATE vq.job SET state = 'DEAD_LETTER', attempt_number = 2, finished_at = now() WHERE execution_id = :'id5';
+SELECT vq_redrive(:'id5'::uuid) AS redriven;
+SELECT state, attempt_number, finished_at IS NULL AS unfinished, scheduled_at <= now() AS due
+  FROM vq.job WHERE execution_id = :'id5';
+SELECT kind, from_state, to_state, attempt_number FROM vq.job_transition WHERE execution_id = :'id5';
+SELECT vq_redrive(:'id5'::uuid) AS redriven_again;
+-- By filter; a dead letter whose job_id an unfinished job now holds stays dead-lettered.
+UPDATE vq.job SET state = 'DEAD_LETTER', finished_at = now() WHERE execution_id = :'id5';
+SELECT vq_enqueue('ops_h', '{"n": 10}', now() + interval '1 hour', job_id => 'ops-dead') IS NOT NULL AS holder;
+SELECT vq_redrive(handler => 'ops_h') AS redriven_by_filter;
+SELECT state FROM vq.job WHERE execution_id = :'id5';
+SET ROLE ops_b;
+SELECT vq_redrive(handler => 'ops_h');
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+
+-- Queue statistics and metrics (counts only: ages vary).
+SELECT queue, due, scheduled, running, completed, dead_letter, cancelled
+  FROM vq.queue_stats WHERE queue = 'default';
+SELECT line FROM vq_metrics() AS line WHERE line LIKE 'vq_jobs{queue="default"%' ORDER BY line;
+
 -- Clean up.
 DELETE FROM vq.job_transition WHERE execution_id IN (SELECT execution_id FROM vq.job WHERE handler = 'ops_h');
 DELETE FROM vq.job WHERE handler = 'ops_h';
