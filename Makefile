@@ -11,6 +11,8 @@ PG_CONFIG   ?= pg_config
 
 # Warnings are errors: the server's CFLAGS plus -Wextra (minus the two the headers trip).
 PG_CFLAGS   += -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
+# The executors compare it with the installed extension version.
+PG_CPPFLAGS += -DVQ_EXTVERSION=\"$(EXTVERSION)\"
 
 # pg_regress: scripts in test/sql, expected output in expected/ (test/expected links to it).
 REGRESS      = $(patsubst test/sql/%.sql,%,$(sort $(wildcard test/sql/*.sql)))

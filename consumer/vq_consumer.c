@@ -2,7 +2,7 @@
  * vq_consumer — reference consumer for vq_job NOTIFY handlers.
  *
  *   vq_consumer --dbname CONNINFO --channel NAME --handler NAME
- *               [--batch N] [--poll-interval SEC] [--once] [--verbose]
+ *               [--batch N] [--poll-interval SEC] [--once] [--coprocess] [--verbose]
  *               -- command [args...]
  *
  * LISTENs on a channel; for every job of the handler (announced by a
@@ -11,7 +11,11 @@
  * (JSON text) on stdin and replies vq_complete() when the command exits 0,
  * vq_fail() otherwise.  Jobs are processed one at a time.  SIGTERM / SIGINT:
  * finish the current job, reply, exit 0 (a second signal forwards SIGTERM to
- * the running command).  See README.md in this directory.
+ * the running command).
+ *
+ * With --coprocess the command is started once and kept running: each job is
+ * one line of JSON on its stdin, answered by one line on its stdout ("ok", or
+ * an error text).  See README.md in this directory.
  */
 #define _GNU_SOURCE				/* pipe2 */
 
@@ -28,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -40,6 +45,11 @@
 #define ONCE_CONNECT_TRIES	3		/* --once: give up after this many connection attempts */
 #define STOP_CONNECT_TRIES	3		/* stopping with a reply pending: last attempts */
 #define JSON_MAX_DEPTH		512
+#define ANSWER_MAX			500		/* bytes of a coprocess's error answer kept for vq_fail */
+#define COPROCESS_BUF_MAX	(1024 * 1024)	/* longest answer line we wait for */
+#define COPROCESS_EXIT_GRACE	5.0	/* stopping: seconds between EOF on its stdin and SIGTERM */
+#define COPROCESS_FAIL_GRACE	1.0	/* the same after it failed a job (closed stdout, ...) */
+#define COPROCESS_KILL_GRACE	2.0	/* seconds between SIGTERM and SIGKILL */
 
 /* ------------------------------------------------------------------------ */
 /* Options and global state                                                  */
@@ -53,11 +63,13 @@ static struct
 	double		poll_interval;
 	bool		once;
 	bool		verbose;
+	bool		coprocess;		/* one long-running command, one line per job */
 	char	  **command;		/* NULL-terminated argv */
-} opt = {"", NULL, NULL, 10, 5.0, false, false, NULL};
+} opt = {"", NULL, NULL, 10, 5.0, false, false, false, NULL};
 
 static PGconn *conn = NULL;
 static bool need_pull = true;	/* drain with vq_pull before waiting again */
+static char *command_path = NULL;	/* the command found in PATH once, at start */
 
 static volatile sig_atomic_t stop_signals = 0;	/* SIGTERM/SIGINT received */
 static volatile sig_atomic_t last_stop_signal = 0;
@@ -161,6 +173,102 @@ xstrndup(const char *s, size_t n)
 	memcpy(p, s, n);
 	p[n] = '\0';
 	return p;
+}
+
+/* A growable byte buffer, always NUL-terminated (data may hold NULs too). */
+typedef struct
+{
+	char	   *data;
+	size_t		len;
+	size_t		cap;
+} StrBuf;
+
+static void
+sb_reserve(StrBuf *sb, size_t more)
+{
+	size_t		cap = sb->cap ? sb->cap : 256;
+	char	   *p;
+
+	if (sb->len + more + 1 <= sb->cap)
+		return;
+	while (cap < sb->len + more + 1)
+		cap *= 2;
+	p = realloc(sb->data, cap);
+	if (p == NULL)
+	{
+		logmsg("out of memory");
+		exit(1);
+	}
+	sb->data = p;
+	sb->cap = cap;
+}
+
+static void
+sb_append(StrBuf *sb, const char *data, size_t n)
+{
+	sb_reserve(sb, n);
+	memcpy(sb->data + sb->len, data, n);
+	sb->len += n;
+	sb->data[sb->len] = '\0';
+}
+
+static void
+sb_append_str(StrBuf *sb, const char *s)
+{
+	sb_append(sb, s, strlen(s));
+}
+
+/*
+ * Append `s` as a JSON string: quotes, backslashes and control characters
+ * escaped (as PostgreSQL's to_json does), everything else as is (the server
+ * sends valid UTF-8: client_encoding is UTF8).
+ */
+static void
+sb_append_json_string(StrBuf *sb, const char *s)
+{
+	const char *run = s;
+
+	sb_append(sb, "\"", 1);
+	for (; *s != '\0'; s++)
+	{
+		unsigned char c = (unsigned char) *s;
+		char		esc[8];
+
+		if (c >= 0x20 && c != '"' && c != '\\')
+			continue;
+		sb_append(sb, run, (size_t) (s - run));
+		run = s + 1;
+		switch (c)
+		{
+			case '"':
+				sb_append(sb, "\\\"", 2);
+				break;
+			case '\\':
+				sb_append(sb, "\\\\", 2);
+				break;
+			case '\b':
+				sb_append(sb, "\\b", 2);
+				break;
+			case '\f':
+				sb_append(sb, "\\f", 2);
+				break;
+			case '\n':
+				sb_append(sb, "\\n", 2);
+				break;
+			case '\r':
+				sb_append(sb, "\\r", 2);
+				break;
+			case '\t':
+				sb_append(sb, "\\t", 2);
+				break;
+			default:
+				snprintf(esc, sizeof(esc), "\\u%04x", c);
+				sb_append(sb, esc, 6);
+				break;
+		}
+	}
+	sb_append(sb, run, (size_t) (s - run));
+	sb_append(sb, "\"", 1);
 }
 
 static void
@@ -718,6 +826,64 @@ fail:
 /* ------------------------------------------------------------------------ */
 /* Connection                                                                */
 
+/*
+ * The columns both claims return.  The claim commits without waiting for its
+ * WAL flush (set_config(..., true) lasts for this statement's transaction
+ * only): a claim lost in a crash just lets the job time out and be announced
+ * again.  Replies stay synchronous.
+ */
+#define CLAIM_COLUMNS \
+	"SELECT p.execution_id::text AS execution_id, p.job_id, p.handler, p.attempt, " \
+	"p.payload::text AS payload " \
+	"FROM pg_catalog.set_config('synchronous_commit', 'off', true) AS s, "
+
+/*
+ * The statements the consumer repeats, prepared once per connection (in
+ * try_connect, so again after every reconnect): the claim and the reply of
+ * each job then skip the server's parse and analysis, and its planning once
+ * a cached generic plan is chosen.
+ */
+typedef enum
+{
+	STMT_TAKE,
+	STMT_PULL,
+	STMT_COMPLETE,
+	STMT_FAIL,
+	STMT_PAYLOAD,
+	NUM_STMTS
+} StmtId;
+
+static const struct
+{
+	const char *name;			/* prepared statement name; also names it in the log */
+	const char *sql;
+	int			nparams;
+}			stmts[NUM_STMTS] = {
+	[STMT_TAKE] = {"vq_take", CLAIM_COLUMNS "vq_take($1::uuid, $2::integer) AS p", 2},
+	[STMT_PULL] = {"vq_pull", CLAIM_COLUMNS "vq_pull($1::text, $2::integer) AS p", 2},
+	[STMT_COMPLETE] = {"vq_complete", "SELECT vq_complete($1::uuid, $2::integer)", 2},
+	[STMT_FAIL] = {"vq_fail", "SELECT vq_fail($1::uuid, $2::text, $3::integer)", 3},
+	[STMT_PAYLOAD] = {"vq_job_payload", "SELECT vq_job_payload($1::uuid)::text", 1},
+};
+
+/* Prepare every statement of stmts[] on the new connection. */
+static bool
+prepare_statements(void)
+{
+	for (int i = 0; i < NUM_STMTS; i++)
+	{
+		PGresult   *res = PQprepare(conn, stmts[i].name, stmts[i].sql, stmts[i].nparams, NULL);
+		bool		ok = PQresultStatus(res) == PGRES_COMMAND_OK;
+
+		if (!ok)
+			logmsg("cannot prepare %s: %s", stmts[i].name, pq_error(conn, res));
+		PQclear(res);
+		if (!ok)
+			return false;
+	}
+	return true;
+}
+
 /* Connected and LISTENing (unless --once)?  Sets up one fresh connection. */
 static bool
 try_connect(void)
@@ -765,6 +931,8 @@ try_connect(void)
 		if (!ok)
 			return false;
 	}
+	if (!prepare_statements())
+		return false;
 	verbose("connected (server pid %d)%s%s", PQbackendPID(conn),
 			opt.once ? "" : ", listening on channel ", opt.once ? "" : opt.channel);
 	return true;
@@ -815,16 +983,18 @@ connection_lost(void)
 }
 
 /*
- * Run a one-statement query that returns rows.  On a lost connection,
- * reconnect (see reconnect()) and run it again when `retry`.  Returns NULL on
- * failure (already reported).
+ * Run one of the prepared statements (it returns rows).  On a lost
+ * connection, reconnect (see reconnect(), which prepares them again) and run
+ * it again when `retry`.  Returns NULL on failure (already reported).
  */
 static PGresult *
-query(const char *what, const char *sql, int nparams, const char *const *params, bool retry)
+query(StmtId stmt, const char *const *params, bool retry)
 {
+	const char *what = stmts[stmt].name;
+
 	for (;;)
 	{
-		PGresult   *res = PQexecParams(conn, sql, nparams, NULL, params, NULL, NULL, 0);
+		PGresult   *res = PQexecPrepared(conn, what, stmts[stmt].nparams, params, NULL, NULL, 0);
 
 		if (PQresultStatus(res) == PGRES_TUPLES_OK)
 			return res;
@@ -1042,6 +1212,48 @@ job_environment(const Job *job)
 }
 
 /*
+ * Start the command with fds[i] (when >= 0) as its descriptor i; the others
+ * are inherited.  posix_spawn (a vfork-style clone in glibc) rather than fork:
+ * no copy of the consumer's address space per job.  The command gets its own
+ * process group, so a Ctrl-C meant for the consumer (finish the job, then
+ * stop) does not kill it, and default dispositions with nothing blocked.
+ * Returns 0 or an errno value.
+ */
+static int
+spawn_command(pid_t *pid, const int fds[3], char **envp)
+{
+	posix_spawn_file_actions_t actions;
+	posix_spawnattr_t attr;
+	sigset_t	none,
+				defaults;
+	int			rc;
+
+	posix_spawn_file_actions_init(&actions);
+	for (int i = 0; i < 3; i++)
+		if (fds[i] >= 0)
+			posix_spawn_file_actions_adddup2(&actions, fds[i], i);
+	posix_spawnattr_init(&attr);
+	sigemptyset(&none);
+	sigemptyset(&defaults);
+	sigaddset(&defaults, SIGPIPE);
+	sigaddset(&defaults, SIGTERM);
+	sigaddset(&defaults, SIGINT);
+	sigaddset(&defaults, SIGCHLD);
+	posix_spawnattr_setsigmask(&attr, &none);
+	posix_spawnattr_setsigdefault(&attr, &defaults);
+	posix_spawnattr_setpgroup(&attr, 0);
+	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+	fflush(NULL);
+	if (command_path != NULL)
+		rc = posix_spawn(pid, command_path, &actions, &attr, opt.command, envp);
+	else
+		rc = posix_spawnp(pid, opt.command[0], &actions, &attr, opt.command, envp);
+	posix_spawnattr_destroy(&attr);
+	posix_spawn_file_actions_destroy(&actions);
+	return rc;
+}
+
+/*
  * Run the command for one job: payload on its stdin, its stdout inherited, its
  * stderr forwarded to ours (keeping the last bytes).  Returns true when it
  * exited 0; otherwise *error is the failure text (malloc'd).
@@ -1084,38 +1296,11 @@ run_command(const Job *job, const char *payload, char **error)
 		return false;
 	}
 
-	/*
-	 * posix_spawn (a vfork-style clone in glibc) rather than fork: no copy of
-	 * the consumer's address space per job. The command gets its own process
-	 * group, so a Ctrl-C meant for the consumer (finish the job, then stop)
-	 * does not kill it, and default dispositions with nothing blocked.
-	 */
 	{
-		posix_spawn_file_actions_t actions;
-		posix_spawnattr_t attr;
-		sigset_t	none,
-					defaults;
 		char	  **envp = job_environment(job);
-		int			rc;
+		const int	fds[3] = {in_pipe[0], -1, err_pipe[1]};
+		int			rc = spawn_command(&pid, fds, envp);
 
-		posix_spawn_file_actions_init(&actions);
-		posix_spawn_file_actions_adddup2(&actions, in_pipe[0], 0);
-		posix_spawn_file_actions_adddup2(&actions, err_pipe[1], 2);
-		posix_spawnattr_init(&attr);
-		sigemptyset(&none);
-		sigemptyset(&defaults);
-		sigaddset(&defaults, SIGPIPE);
-		sigaddset(&defaults, SIGTERM);
-		sigaddset(&defaults, SIGINT);
-		sigaddset(&defaults, SIGCHLD);
-		posix_spawnattr_setsigmask(&attr, &none);
-		posix_spawnattr_setsigdefault(&attr, &defaults);
-		posix_spawnattr_setpgroup(&attr, 0);
-		posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-		fflush(NULL);
-		rc = posix_spawnp(&pid, opt.command[0], &actions, &attr, opt.command, envp);
-		posix_spawnattr_destroy(&attr);
-		posix_spawn_file_actions_destroy(&actions);
 		for (int i = 0; i < 4; i++)
 			free(envp[i]);
 		free(envp);
@@ -1247,6 +1432,414 @@ run_command(const Job *job, const char *payload, char **error)
 }
 
 /* ------------------------------------------------------------------------ */
+/* The coprocess (--coprocess)                                               */
+
+/*
+ * Spawning a process costs about a millisecond, most of a NOTIFY round trip.
+ * With --coprocess the command is started once, lazily at the first job (and
+ * again at the next job after it died), and kept running: each job is one
+ * line of JSON written to its stdin, and it answers each with one line on its
+ * stdout, in order.  Its stderr is ours.
+ */
+static struct
+{
+	pid_t		pid;			/* 0: not running */
+	int			in_fd;			/* its stdin: we write job lines (non-blocking) */
+	int			out_fd;			/* its stdout: we read answers (non-blocking) */
+	StrBuf		out;			/* read from its stdout and not consumed yet */
+	int			starts;
+}			co = {0, -1, -1, {NULL, 0, 0}, 0};
+
+/* "exited with status N" / "killed by signal S" */
+static void
+describe_status(int status, char *buf, size_t size)
+{
+	if (WIFSIGNALED(status))
+		snprintf(buf, size, "killed by signal %d", WTERMSIG(status));
+	else
+		snprintf(buf, size, "exited with status %d", WEXITSTATUS(status));
+}
+
+/* Forget the coprocess (already reaped): close our ends, drop unread output. */
+static void
+coprocess_reset(void)
+{
+	if (co.in_fd >= 0)
+		close(co.in_fd);
+	if (co.out_fd >= 0)
+		close(co.out_fd);
+	co.in_fd = co.out_fd = -1;
+	co.pid = 0;
+	co.out.len = 0;
+}
+
+static bool
+coprocess_start(char **error)
+{
+	extern char **environ;
+	int			in_pipe[2],
+				out_pipe[2];
+	int			rc;
+	pid_t		pid;
+
+	/* O_CLOEXEC: a later coprocess must not inherit this one's pipes */
+	if (pipe2(in_pipe, O_CLOEXEC) != 0)
+	{
+		*error = xstrndup("consumer error: cannot create a pipe", 36);
+		return false;
+	}
+	if (pipe2(out_pipe, O_CLOEXEC) != 0)
+	{
+		close(in_pipe[0]);
+		close(in_pipe[1]);
+		*error = xstrndup("consumer error: cannot create a pipe", 36);
+		return false;
+	}
+	{
+		const int	fds[3] = {in_pipe[0], out_pipe[1], -1};
+
+		rc = spawn_command(&pid, fds, environ);
+	}
+	close(in_pipe[0]);
+	close(out_pipe[1]);
+	if (rc != 0)
+	{
+		close(in_pipe[1]);
+		close(out_pipe[0]);
+		*error = xmalloc(256);
+		snprintf(*error, 256, "coprocess could not be started: vq_consumer: cannot execute \"%s\": %s",
+				 opt.command[0], strerror(rc));
+		logmsg("%s", *error);
+		return false;
+	}
+	fcntl(in_pipe[1], F_SETFL, O_NONBLOCK);
+	fcntl(out_pipe[0], F_SETFL, O_NONBLOCK);
+	co.pid = pid;
+	co.in_fd = in_pipe[1];
+	co.out_fd = out_pipe[0];
+	co.out.len = 0;
+	if (co.starts++ == 0)
+		verbose("coprocess started (pid %d)", (int) pid);
+	else
+		logmsg("coprocess restarted (pid %d, start %d)", (int) pid, co.starts);
+	return true;
+}
+
+/*
+ * Read what the coprocess's stdout holds now into co.out (up to a little
+ * more than COPROCESS_BUF_MAX).  False at EOF or on a read error.
+ */
+static bool
+coprocess_read(void)
+{
+	while (co.out.len <= COPROCESS_BUF_MAX)
+	{
+		ssize_t		r;
+
+		sb_reserve(&co.out, 4096);
+		r = read(co.out_fd, co.out.data + co.out.len, co.out.cap - co.out.len - 1);
+		if (r > 0)
+		{
+			co.out.len += (size_t) r;
+			co.out.data[co.out.len] = '\0';
+			continue;
+		}
+		if (r == 0)
+			return false;
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN)
+			return true;
+		logmsg("reading the coprocess's stdout: %s", strerror(errno));
+		return false;
+	}
+	return true;
+}
+
+/*
+ * Take the first complete line out of co.out (malloc'd, without its newline
+ * or a "\r" before it; *len is its length, as it may hold NUL bytes).  The
+ * bytes after it stay for the next job.  NULL when there is no full line yet.
+ */
+static char *
+coprocess_take_line(size_t *len)
+{
+	char	   *nl = co.out.len > 0 ? memchr(co.out.data, '\n', co.out.len) : NULL;
+	size_t		n;
+	char	   *line;
+
+	if (nl == NULL)
+		return NULL;
+	n = (size_t) (nl - co.out.data);
+	line = xstrndup(co.out.data, n);
+	memmove(co.out.data, nl + 1, co.out.len - n - 1);
+	co.out.len -= n + 1;
+	co.out.data[co.out.len] = '\0';
+	if (n > 0 && line[n - 1] == '\r')
+		line[--n] = '\0';
+	*len = n;
+	return line;
+}
+
+/*
+ * Stop the coprocess and reap it: EOF on its stdin is its cue to exit; after
+ * `grace` seconds (at once after a second stop signal) SIGTERM to its process
+ * group, after COPROCESS_KILL_GRACE more SIGKILL.  What it still writes on
+ * stdout answers no job and is discarded.  Returns its wait status.
+ */
+static int
+coprocess_stop(double grace)
+{
+	pid_t		pid = co.pid;
+	int			status = 0;
+	int			sent = 0;		/* 0, SIGTERM, SIGKILL */
+	double		deadline = now_sec() + grace;
+
+	if (co.in_fd >= 0)
+	{
+		close(co.in_fd);
+		co.in_fd = -1;
+	}
+	for (;;)
+	{
+		pid_t		r = waitpid(pid, &status, WNOHANG);
+		struct pollfd pfd[2];
+		int			nfd = 1;
+		double		left;
+
+		if (r == pid || (r < 0 && errno == ECHILD))
+			break;
+		if (sent == 0 && (now_sec() >= deadline || stop_signals >= 2))
+		{
+			logmsg("coprocess (pid %d) still running: sending SIGTERM", (int) pid);
+			kill(-pid, SIGTERM);
+			kill(pid, SIGTERM);
+			sent = SIGTERM;
+			deadline = now_sec() + COPROCESS_KILL_GRACE;
+		}
+		else if (sent == SIGTERM && now_sec() >= deadline)
+		{
+			logmsg("coprocess (pid %d) still running: sending SIGKILL", (int) pid);
+			kill(-pid, SIGKILL);
+			kill(pid, SIGKILL);
+			sent = SIGKILL;
+		}
+		pfd[0] = (struct pollfd) {sigpipe_fd[0], POLLIN, 0};
+		if (co.out_fd >= 0)
+			pfd[nfd++] = (struct pollfd) {co.out_fd, POLLIN, 0};
+		/* SIGCHLD wakes us through the self-pipe; after SIGKILL, just wait */
+		left = sent == SIGKILL ? 1.0 : deadline - now_sec();
+		if (poll(pfd, (nfds_t) nfd, left <= 0 ? 0 : (int) (left * 1000) + 1) < 0 && errno != EINTR)
+		{
+			logmsg("poll: %s", strerror(errno));
+			sleep_interruptible(0.1);
+			continue;
+		}
+		if (pfd[0].revents)
+			drain_sigpipe();
+		if (nfd > 1 && pfd[1].revents)
+		{
+			if (!coprocess_read())
+			{
+				close(co.out_fd);
+				co.out_fd = -1;
+			}
+			co.out.len = 0;
+		}
+	}
+	coprocess_reset();
+	return status;
+}
+
+/*
+ * The job line: {"execution_id": ..., "job_id": ..., "handler": ...,
+ * "attempt": N, "payload": <payload JSON>} and a newline.  The payload is
+ * jsonb::text, which has no raw newlines; any other raw CR / LF (only legal
+ * as whitespace between JSON tokens) becomes a space, so that the job stays
+ * one line whatever the server sends.
+ */
+static void
+coprocess_job_line(StrBuf *sb, const Job *job, const char *payload)
+{
+	char		attempt[32];
+	size_t		start;
+
+	sb_append_str(sb, "{\"execution_id\": ");
+	sb_append_json_string(sb, job->execution_id);
+	sb_append_str(sb, ", \"job_id\": ");
+	if (job->job_id != NULL)
+		sb_append_json_string(sb, job->job_id);
+	else
+		sb_append_str(sb, "null");
+	sb_append_str(sb, ", \"handler\": ");
+	sb_append_json_string(sb, job->handler ? job->handler : opt.handler);
+	snprintf(attempt, sizeof(attempt), ", \"attempt\": %d", job->attempt);
+	sb_append_str(sb, attempt);
+	sb_append_str(sb, ", \"payload\": ");
+	start = sb->len;
+	sb_append_str(sb, payload[0] != '\0' ? payload : "null");
+	for (size_t i = start; i < sb->len; i++)
+		if (sb->data[i] == '\n' || sb->data[i] == '\r')
+			sb->data[i] = ' ';
+	sb_append_str(sb, "}\n");
+}
+
+/* vq_fail's error text for an answer other than "ok" (malloc'd). */
+static char *
+answer_error(const char *line, size_t n)
+{
+	bool		truncated = n > ANSWER_MAX;
+	char	   *out,
+			   *end;
+
+	if (n == 0)
+		return xstrndup("coprocess answered an empty line", 32);
+	if (truncated)
+		n = ANSWER_MAX;
+	out = xmalloc(n + 4);
+	end = utf8_sanitize(out, (const unsigned char *) line, n);
+	if (truncated)
+		strcpy(end, "...");
+	return out;
+}
+
+/*
+ * Run one job through the coprocess, starting it first if it is not running:
+ * write the job line, read the answer line.  Returns true when it answered
+ * "ok"; otherwise *error is the failure text (malloc'd).  A coprocess that
+ * dies, or closes its stdin or stdout, before answering fails the job and is
+ * reaped; the next job starts a new one.
+ */
+static bool
+coprocess_run(const Job *job, const char *payload, char **error)
+{
+	StrBuf		line = {NULL, 0, 0};
+	size_t		off = 0;
+	bool		reaped = false,
+				forwarded = false,
+				out_eof = false,
+				in_broken = false;
+	int			status = 0;
+	pid_t		pid;
+	char	   *answer = NULL;
+	size_t		answer_len = 0;
+	char		how[64];
+
+	*error = NULL;
+	/* it died between jobs: this job goes to a new one, it was never sent */
+	if (co.pid > 0 && waitpid(co.pid, &status, WNOHANG) == co.pid)
+	{
+		describe_status(status, how, sizeof(how));
+		logmsg("coprocess (pid %d) %s while idle", (int) co.pid, how);
+		coprocess_reset();
+	}
+	if (co.pid == 0 && !coprocess_start(error))
+		return false;
+	pid = co.pid;
+	coprocess_job_line(&line, job, payload);
+
+	for (;;)
+	{
+		struct pollfd pfd[3];
+		int			nfd = 1,
+					out_idx;
+
+		if (!reaped && waitpid(pid, &status, WNOHANG) == pid)
+			reaped = true;
+		if (stop_signals >= 2 && !forwarded && !reaped)
+		{
+			logmsg("second stop signal: sending SIGTERM to the coprocess (pid %d)", (int) pid);
+			kill(-pid, SIGTERM);
+			kill(pid, SIGTERM);
+			forwarded = true;
+		}
+		/* the line may take several writes when it is larger than the pipe */
+		if (off < line.len && !in_broken)
+		{
+			ssize_t		w = write(co.in_fd, line.data + off, line.len - off);
+
+			if (w > 0)
+				off += (size_t) w;
+			else if (w < 0 && errno != EAGAIN && errno != EINTR)
+				in_broken = true;	/* EPIPE: it no longer reads its stdin */
+		}
+		/* gone: what it wrote before exiting may still answer this job */
+		if (reaped && co.out_fd >= 0 && !out_eof && !coprocess_read())
+			out_eof = true;
+		/* an answer counts once the whole job line is written */
+		if (off == line.len && (answer = coprocess_take_line(&answer_len)) != NULL)
+			break;
+		if (reaped || in_broken || out_eof || co.out.len > COPROCESS_BUF_MAX)
+			break;
+
+		pfd[0] = (struct pollfd) {sigpipe_fd[0], POLLIN, 0};
+		/* writable again: the write at the top of the loop goes on */
+		if (off < line.len)
+			pfd[nfd++] = (struct pollfd) {co.in_fd, POLLOUT, 0};
+		out_idx = nfd;
+		pfd[nfd++] = (struct pollfd) {co.out_fd, POLLIN, 0};
+		/* SIGCHLD wakes us through the self-pipe; the timeout is a safety net */
+		if (poll(pfd, (nfds_t) nfd, 1000) < 0)
+		{
+			if (errno == EINTR)
+				continue;
+			logmsg("poll: %s", strerror(errno));
+			sleep_interruptible(0.1);
+			continue;
+		}
+		if (pfd[0].revents)
+			drain_sigpipe();
+		if (pfd[out_idx].revents && !coprocess_read())
+			out_eof = true;
+	}
+	free(line.data);
+
+	if (answer != NULL)
+	{
+		bool		ok = answer_len == 2 && memcmp(answer, "ok", 2) == 0;
+
+		if (!ok)
+			*error = answer_error(answer, answer_len);
+		free(answer);
+		/* it answered, then went away: reap it now, the next job starts another */
+		if (reaped || out_eof)
+		{
+			if (!reaped)
+				status = coprocess_stop(COPROCESS_FAIL_GRACE);
+			else
+				coprocess_reset();
+			describe_status(status, how, sizeof(how));
+			logmsg("coprocess (pid %d) %s after answering", (int) pid, how);
+		}
+		return ok;
+	}
+
+	if (co.out.len > COPROCESS_BUF_MAX)
+	{
+		*error = xmalloc(128);
+		snprintf(*error, 128, "coprocess answered a line longer than %d bytes", COPROCESS_BUF_MAX);
+		logmsg("%s; stopping it (pid %d)", *error, (int) pid);
+		if (!reaped)
+			coprocess_stop(0);
+		else
+			coprocess_reset();
+		return false;
+	}
+
+	/* died, or closed its stdin or stdout, before answering */
+	if (!reaped)
+		status = coprocess_stop(COPROCESS_FAIL_GRACE);
+	else
+		coprocess_reset();
+	describe_status(status, how, sizeof(how));
+	*error = xmalloc(128);
+	snprintf(*error, 128, "coprocess %s before answering", how);
+	logmsg("coprocess (pid %d) %s before answering job %s (execution %s); the next job starts a new one",
+		   (int) pid, how, job->job_id ? job->job_id : "?", job->execution_id);
+	return false;
+}
+
+/* ------------------------------------------------------------------------ */
 /* Jobs                                                                      */
 
 /* Send vq_complete / vq_fail; retried after a reconnect. */
@@ -1262,13 +1855,13 @@ reply(const Job *job, bool ok, const char *error)
 	{
 		const char *params[2] = {job->execution_id, attempt};
 
-		res = query(what, "SELECT vq_complete($1::uuid, $2::integer)", 2, params, true);
+		res = query(STMT_COMPLETE, params, true);
 	}
 	else
 	{
 		const char *params[3] = {job->execution_id, error, attempt};
 
-		res = query(what, "SELECT vq_fail($1::uuid, $2::text, $3::integer)", 3, params, true);
+		res = query(STMT_FAIL, params, true);
 	}
 	if (res == NULL)
 	{
@@ -1299,8 +1892,7 @@ process_job(Job *job)
 	if (payload == NULL)
 	{
 		const char *params[1] = {job->execution_id};
-		PGresult   *res = query("vq_job_payload",
-								"SELECT vq_job_payload($1::uuid)::text", 1, params, true);
+		PGresult   *res = query(STMT_PAYLOAD, params, true);
 
 		if (res == NULL)
 		{
@@ -1322,7 +1914,10 @@ process_job(Job *job)
 		payload = fetched;
 	}
 
-	ok = run_command(job, payload, &error);
+	if (opt.coprocess)
+		ok = coprocess_run(job, payload, &error);
+	else
+		ok = run_command(job, payload, &error);
 	if (ok)
 		verbose("job %s (execution %s, attempt %d): command succeeded",
 				job->job_id ? job->job_id : "?", job->execution_id, job->attempt);
@@ -1334,77 +1929,19 @@ process_job(Job *job)
 	free(fetched);
 }
 
-static void
-handle_notification(const PGnotify *n)
-{
-	Job			job;
-	const char *why;
-
-	if (strcmp(n->relname, opt.channel) != 0)
-		return;
-	if (!parse_notification(n->extra, &job, &why))
-	{
-		logmsg("ignoring a notification on channel \"%s\" (%s): %.200s",
-			   n->relname, why, n->extra);
-		return;
-	}
-	if (job.handler != NULL && strcmp(job.handler, opt.handler) != 0)
-	{
-		verbose("ignoring a notification for handler \"%s\"", job.handler);
-		job_free(&job);
-		return;
-	}
-
-	/*
-	 * The notification only says a job was dispatched: claim it (and any
-	 * other) with vq_pull, so that two consumers on one channel never both
-	 * run it and a job announced while nobody listened is still found.
-	 */
-	verbose("job %s announced (attempt %d); pulling", job.execution_id, job.attempt);
-	need_pull = true;
-	job_free(&job);
-}
-
 /*
- * Claim a batch with vq_pull() and process it.  Returns the number of rows
- * claimed, or -1 on error.
+ * Process the jobs a vq_pull or vq_take result holds, in order.  Returns the
+ * number of rows.
  */
 static int
-pull_batch(void)
+process_rows(PGresult *res)
 {
-	char		batch[16];
-	const char *params[2] = {opt.handler, batch};
-	PGresult   *res;
-	int			n,
-				c_exec,
-				c_job,
-				c_handler,
-				c_attempt,
-				c_payload;
-
-	snprintf(batch, sizeof(batch), "%d", opt.batch);
-	/*
-	 * Do not retry after a reconnect: the caller pulls again anyway. The claim
-	 * commits without waiting for its WAL flush (set_config(..., true) lasts for
-	 * this statement's transaction only): a claim lost in a crash just lets the
-	 * job time out and be announced again. Replies stay synchronous.
-	 */
-	res = query("vq_pull",
-				"SELECT p.execution_id::text AS execution_id, p.job_id, p.handler, p.attempt, "
-				"p.payload::text AS payload "
-				"FROM pg_catalog.set_config('synchronous_commit', 'off', true) AS s, "
-				"vq_pull($1::text, $2::integer) AS p",
-				2, params, false);
-	if (res == NULL)
-		return -1;
-	n = PQntuples(res);
-	c_exec = PQfnumber(res, "execution_id");
-	c_job = PQfnumber(res, "job_id");
-	c_handler = PQfnumber(res, "handler");
-	c_attempt = PQfnumber(res, "attempt");
-	c_payload = PQfnumber(res, "payload");
-	if (n > 0)
-		verbose("vq_pull claimed %d job(s)", n);
+	int			n = PQntuples(res);
+	int			c_exec = PQfnumber(res, "execution_id"),
+				c_job = PQfnumber(res, "job_id"),
+				c_handler = PQfnumber(res, "handler"),
+				c_attempt = PQfnumber(res, "attempt"),
+				c_payload = PQfnumber(res, "payload");
 
 	for (int i = 0; i < n; i++)
 	{
@@ -1431,6 +1968,75 @@ pull_batch(void)
 		process_job(&job);
 		job_free(&job);
 	}
+	return n;
+}
+
+static void
+handle_notification(const PGnotify *n)
+{
+	Job			job;
+	const char *why;
+	char		attempt[16];
+	const char *params[2];
+	PGresult   *res;
+
+	if (strcmp(n->relname, opt.channel) != 0)
+		return;
+	if (!parse_notification(n->extra, &job, &why))
+	{
+		logmsg("ignoring a notification on channel \"%s\" (%s): %.200s",
+			   n->relname, why, n->extra);
+		return;
+	}
+	if (job.handler != NULL && strcmp(job.handler, opt.handler) != 0)
+	{
+		verbose("ignoring a notification for handler \"%s\"", job.handler);
+		job_free(&job);
+		return;
+	}
+
+	/*
+	 * The notification only says a job was dispatched: take that job with
+	 * vq_take, so that two consumers on one channel never both run it.  No
+	 * row: another consumer has it (or it was answered or timed out).
+	 */
+	verbose("job %s announced (attempt %d); taking it", job.execution_id, job.attempt);
+	snprintf(attempt, sizeof(attempt), "%d", job.attempt);
+	params[0] = job.execution_id;
+	params[1] = job.have_attempt ? attempt : NULL;
+	res = query(STMT_TAKE, params, false);
+	job_free(&job);
+	if (res == NULL)
+	{
+		need_pull = true;		/* the job is still there for vq_pull */
+		return;
+	}
+	if (PQntuples(res) == 0)
+		verbose("job announced but not taken (another consumer has it, or it ended)");
+	process_rows(res);
+	PQclear(res);
+}
+
+/*
+ * Claim a batch with vq_pull() and process it.  Returns the number of rows
+ * claimed, or -1 on error.
+ */
+static int
+pull_batch(void)
+{
+	char		batch[16];
+	const char *params[2] = {opt.handler, batch};
+	PGresult   *res;
+	int			n;
+
+	snprintf(batch, sizeof(batch), "%d", opt.batch);
+	/* not retried after a reconnect: the caller pulls again anyway */
+	res = query(STMT_PULL, params, false);
+	if (res == NULL)
+		return -1;
+	if (PQntuples(res) > 0)
+		verbose("vq_pull claimed %d job(s)", PQntuples(res));
+	n = process_rows(res);
 	PQclear(res);
 	return n;
 }
@@ -1466,6 +2072,40 @@ process_notifications(void)
 	}
 }
 
+/*
+ * Find a command named without a slash in PATH once, as posix_spawnp would,
+ * rather than searching PATH for every job.  NULL when it is not found (then
+ * posix_spawnp searches at each job and reports the error).
+ */
+static char *
+find_in_path(const char *name)
+{
+	const char *path = getenv("PATH");
+	struct stat st;
+
+	if (strchr(name, '/') != NULL || path == NULL)
+		return NULL;
+	while (*path != '\0')
+	{
+		const char *end = strchr(path, ':');
+		size_t		len = end ? (size_t) (end - path) : strlen(path);
+		char	   *candidate = xmalloc(len + strlen(name) + 3);
+
+		/* an empty PATH entry means the current directory */
+		if (len == 0)
+			sprintf(candidate, "./%s", name);
+		else
+			sprintf(candidate, "%.*s/%s", (int) len, path, name);
+		if (stat(candidate, &st) == 0 && S_ISREG(st.st_mode) && access(candidate, X_OK) == 0)
+			return candidate;
+		free(candidate);
+		if (end == NULL)
+			break;
+		path = end + 1;
+	}
+	return NULL;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Main                                                                      */
 
@@ -1479,6 +2119,12 @@ usage(FILE *f)
 			"stdin, VQ_EXECUTION_ID, VQ_JOB_ID, VQ_ATTEMPT, VQ_HANDLER in its environment.\n"
 			"Exit status 0 replies vq_complete(); anything else replies vq_fail().\n"
 			"\n"
+			"With --coprocess, `command` is started once (at the first job) and kept running:\n"
+			"each job is one line of JSON on its stdin, {\"execution_id\", \"job_id\", \"handler\",\n"
+			"\"attempt\", \"payload\"}, and it answers each with one line on its stdout: \"ok\"\n"
+			"replies vq_complete(), any other line is the error text of vq_fail().  If it exits\n"
+			"before answering, the job fails and the next job starts a new one.\n"
+			"\n"
 			"Options:\n"
 			"  -d, --dbname CONNINFO      libpq connection string or URI (default: PG* environment)\n"
 			"  -c, --channel NAME         NOTIFY channel the handler was registered with\n"
@@ -1486,11 +2132,15 @@ usage(FILE *f)
 			"  -b, --batch N              jobs claimed per vq_pull call (default 10)\n"
 			"  -p, --poll-interval SEC    vq_pull catch-up interval in seconds (default 5)\n"
 			"      --once                 process the pending jobs (vq_pull), then exit\n"
+			"  -C, --coprocess            keep one command running; one line per job (see above)\n"
 			"  -v, --verbose              log every job\n"
 			"  -h, --help                 show this help\n"
 			"\n"
 			"SIGTERM/SIGINT: finish the current job, reply, exit 0 (a second signal sends\n"
-			"SIGTERM to the running command).\n");
+			"SIGTERM to the running command or coprocess).  When the consumer exits, a\n"
+			"coprocess gets EOF on its stdin and %g s to exit, then SIGTERM, then SIGKILL\n"
+			"%g s later.\n",
+			COPROCESS_EXIT_GRACE, COPROCESS_KILL_GRACE);
 }
 
 int
@@ -1503,6 +2153,7 @@ main(int argc, char **argv)
 		{"batch", required_argument, NULL, 'b'},
 		{"poll-interval", required_argument, NULL, 'p'},
 		{"once", no_argument, NULL, 'o'},
+		{"coprocess", no_argument, NULL, 'C'},
 		{"verbose", no_argument, NULL, 'v'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}
@@ -1511,7 +2162,7 @@ main(int argc, char **argv)
 	int			rc = 0;
 	double		next_pull;
 
-	while ((c = getopt_long(argc, argv, "+d:c:H:b:p:vh", longopts, NULL)) != -1)
+	while ((c = getopt_long(argc, argv, "+d:c:H:b:p:Cvh", longopts, NULL)) != -1)
 	{
 		char	   *end;
 
@@ -1553,6 +2204,9 @@ main(int argc, char **argv)
 			case 'o':
 				opt.once = true;
 				break;
+			case 'C':
+				opt.coprocess = true;
+				break;
 			case 'v':
 				opt.verbose = true;
 				break;
@@ -1576,6 +2230,7 @@ main(int argc, char **argv)
 		return 2;
 	}
 	opt.command = argv + optind;
+	command_path = find_in_path(opt.command[0]);
 
 	setup_signals();
 
@@ -1650,6 +2305,15 @@ main(int argc, char **argv)
 done:
 	if (stop_signals > 0)
 		verbose("stopping (signal %d)", (int) last_stop_signal);
+	if (co.pid > 0)
+	{
+		pid_t		pid = co.pid;
+		int			status = coprocess_stop(COPROCESS_EXIT_GRACE);
+		char		how[64];
+
+		describe_status(status, how, sizeof(how));
+		verbose("coprocess (pid %d) %s", (int) pid, how);
+	}
 	if (conn)
 		PQfinish(conn);
 	close(sigpipe_fd[0]);

@@ -485,6 +485,11 @@ END
 $$;
 
 -- Stop claiming from a queue (jobs already running finish), or start again.
+-- Wake the executors when the calling transaction commits (it made jobs due without enqueuing).
+CREATE FUNCTION vq.wake_executors() RETURNS void
+    LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'vq_wake_executors';
+REVOKE ALL ON FUNCTION vq.wake_executors() FROM PUBLIC;
+
 CREATE FUNCTION vq_pause_queue(name text) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -506,6 +511,7 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'VQ004', MESSAGE = format('queue "%s" does not exist', name);
     END IF;
+    PERFORM vq.wake_executors();    -- its due jobs run now, not at the next poll
 END
 $$;
 
@@ -928,6 +934,12 @@ RETURNS TABLE (execution_id uuid, job_id text, handler text, attempt integer, pa
     LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'vq_pull';
 COMMENT ON FUNCTION vq_pull(text, integer)
     IS 'take announced jobs of a NOTIFY handler that no consumer took yet (also the catch-up after downtime)';
+CREATE FUNCTION vq_take(execution_id uuid, attempt integer DEFAULT NULL)
+RETURNS TABLE (execution_id uuid, job_id text, handler text, attempt integer, payload jsonb,
+               metadata jsonb, scheduled_at timestamptz)
+    LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'vq_take';
+COMMENT ON FUNCTION vq_take(uuid, integer)
+    IS 'take the announced NOTIFY job a notification named (no row: taken by another consumer, answered, timed out, or not yours)';
 CREATE FUNCTION vq_job_payload(execution_id uuid) RETURNS jsonb
     LANGUAGE c STABLE STRICT PARALLEL RESTRICTED AS 'MODULE_PATHNAME', 'vq_job_payload';
 
@@ -1074,6 +1086,9 @@ BEGIN
             NULL;   -- an unfinished job holds its job_id now: leave this one dead-lettered
         END;
     END LOOP;
+    IF n > 0 THEN
+        PERFORM vq.wake_executors();
+    END IF;
     RETURN n;
 END
 $$;

@@ -36,6 +36,7 @@
 PG_FUNCTION_INFO_V1(vq_complete);
 PG_FUNCTION_INFO_V1(vq_fail);
 PG_FUNCTION_INFO_V1(vq_pull);
+PG_FUNCTION_INFO_V1(vq_take);
 PG_FUNCTION_INFO_V1(vq_job_payload);
 
 static SPIPlanPtr job_plan = NULL;
@@ -271,6 +272,70 @@ vq_pull(PG_FUNCTION_ARGS)
 
 		heap_deform_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, row, nulls);
 		tuplestore_putvalues(store, desc, row, nulls);
+	}
+	SPI_finish();
+	VqRestoreUser(&saved);
+	return (Datum) 0;
+}
+
+/*
+ * vq_take(execution_id, attempt): take one announced job, the one a
+ * notification named, and return it (no row: another consumer took it, it
+ * was answered or timed out, the attempt differs, or the caller may not
+ * consume it; these are not told apart). The same claim as vq_pull's, by
+ * primary key: a consumer woken by a notification takes exactly that job
+ * without scanning the handler's jobs. Two consumers taking one job
+ * serialize on its row, and the second sees it taken.
+ */
+Datum
+vq_take(PG_FUNCTION_ARGS)
+{
+	static SPIPlanPtr take_plan = NULL;
+	Oid			caller = GetUserId();
+	VqRegistry *registry;
+	VqSavedUser saved;
+	TupleDesc	desc;
+	Tuplestorestate *store;
+	Datum		values[3];
+	char		nulls[3] = {' ', ' ', ' '};
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_VQ_INVALID_ARGUMENT),
+				 errmsg("execution_id must not be null")));
+	values[0] = PG_GETARG_DATUM(0);
+	values[1] = PG_ARGISNULL(1) ? (Datum) 0 : PG_GETARG_DATUM(1);
+	nulls[1] = PG_ARGISNULL(1) ? 'n' : ' ';
+	values[2] = ObjectIdGetDatum(caller);
+
+	store = VqMaterializeResult(fcinfo, &desc);
+	registry = VqRegistryGet();
+	VqBecomeOwner(registry, &saved);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "vq_job: SPI_connect failed");
+	if (SPI_execute_plan(VqKeepPlan(&take_plan,
+							  "UPDATE vq.job j SET consumer_claimed_at = pg_catalog.clock_timestamp(),"
+							  "  updated_at = pg_catalog.clock_timestamp()"
+							  " WHERE j.execution_id OPERATOR(pg_catalog.=) $1"
+							  " AND j.state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state"
+							  " AND j.worker_pid IS NULL AND j.consumer_claimed_at IS NULL"
+							  " AND ($2 IS NULL OR j.attempt_number OPERATOR(pg_catalog.=) $2)"
+							  " AND (pg_catalog.pg_has_role($3, j.enqueued_by, 'USAGE')"
+							  "      OR EXISTS (SELECT FROM vq.consumer_grant g"
+							  "                 WHERE g.handler OPERATOR(pg_catalog.=) j.handler"
+							  "                 AND pg_catalog.pg_has_role($3, g.grantee, 'USAGE')))"
+							  " RETURNING j.execution_id, j.job_id, j.handler, j.attempt_number, j.payload,"
+							  "  j.metadata, j.scheduled_at",
+							  3, (Oid[]) {UUIDOID, INT4OID, OIDOID}),
+						 values, nulls, false, 0) != SPI_OK_UPDATE_RETURNING)
+		elog(ERROR, "vq_job: vq_take failed");
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		Datum		row[7];
+		bool		rnulls[7];
+
+		heap_deform_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, row, rnulls);
+		tuplestore_putvalues(store, desc, row, rnulls);
 	}
 	SPI_finish();
 	VqRestoreUser(&saved);

@@ -40,6 +40,7 @@
 #include "spi_util.h"
 #include "vq_job.h"
 
+PG_FUNCTION_INFO_V1(vq_wake_executors);
 PG_FUNCTION_INFO_V1(vq_enqueue);
 PG_FUNCTION_INFO_V1(vq_enqueue_in);
 PG_FUNCTION_INFO_V1(vq_enqueue_many);
@@ -170,6 +171,18 @@ VqNoteOutboxDue(TimestampTz scheduled_at)
 	}
 	else
 		VqNoteJobDue(scheduled_at);	/* a future row: the executors will look at its time */
+}
+
+/*
+ * vq.wake_executors(): the calling transaction made jobs due by other means
+ * than an enqueue (a queue resumed, jobs re-driven): wake the executors at
+ * commit rather than leaving the jobs to the next poll.
+ */
+Datum
+vq_wake_executors(PG_FUNCTION_ARGS)
+{
+	VqNoteJobDue(GetCurrentTimestamp());
+	PG_RETURN_VOID();
 }
 
 /* Remember that this transaction made a job due at scheduled_at: wake the workers at commit. */

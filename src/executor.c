@@ -35,7 +35,12 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
 #include "access/xact.h"
+#include "catalog/indexing.h"
+#include "catalog/pg_extension.h"
 #include "commands/dbcommands.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
@@ -48,6 +53,7 @@
 #include "storage/proc.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
@@ -104,13 +110,64 @@ static TimestampTz last_extension_check = 0;
 /* How often an executor makes sure the extension still exists (DROP EXTENSION also tells it). */
 #define EXTENSION_CHECK_INTERVAL_MS 1000
 
-/* Is the extension still installed? (Clears the DROP EXTENSION flag.) */
+static void SetDatabaseState(VqDatabaseState state);
+
+/* The version of vq_job installed in this database, or NULL when it is not installed. */
+static char *
+InstalledVersion(void)
+{
+	Relation	rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tup;
+	char	   *version = NULL;
+
+	ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber, F_NAMEEQ,
+				CStringGetDatum("vq_job"));
+	scan = systable_beginscan(rel, ExtensionNameIndexId, true, NULL, 1, &key);
+	tup = systable_getnext(scan);
+	if (HeapTupleIsValid(tup))
+	{
+		bool		isnull;
+		Datum		d = heap_getattr(tup, Anum_pg_extension_extversion, RelationGetDescr(rel), &isnull);
+
+		version = isnull ? pstrdup("") : TextDatumGetCString(d);
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return version;
+}
+
+/*
+ * Exit when the installed extension is not the version this library
+ * implements (a new library loaded before ALTER EXTENSION vq_job UPDATE, or
+ * the other way round): its statements would fail on every cycle. The
+ * launcher starts the executors again every few seconds, so an update is
+ * picked up without a restart.
+ */
+static void
+ExitOnVersionMismatch(const char *installed)
+{
+	SetDatabaseState(VQ_DB_NO_EXTENSION);
+	ereport(WARNING,
+			(errmsg("vq_job executor %d: extension vq_job is installed at version %s in this database, but the loaded library is version %s; no jobs run here until they match",
+					my_index, installed, VQ_EXTVERSION),
+			 errhint("Run ALTER EXTENSION vq_job UPDATE, or install the library of version %s and restart the server.",
+					 installed)));
+	proc_exit(0);
+}
+
+/* Is the extension still installed? (Clears the DROP EXTENSION flag.) Exits on a version mismatch. */
 static bool
 ExtensionStillThere(TimestampTz now)
 {
+	char	   *installed = InstalledVersion();
+
 	VqMyExecutorSlot->check_extension = false;
 	last_extension_check = now;
-	return OidIsValid(get_extension_oid("vq_job", true));
+	if (installed != NULL && strcmp(installed, VQ_EXTVERSION) != 0)
+		ExitOnVersionMismatch(installed);
+	return installed != NULL;
 }
 
 /* The outbox relay's polling schedule: like a queue's, base 1 s, doubling to 4 s while idle. */
@@ -284,14 +341,20 @@ PollAllNow(TimestampTz now)
 		p->next_poll = now;
 }
 
-/* After a poll: reset the interval when work was found, else double it (up to 4x base, 60 s). */
+/*
+ * After a poll: when work was found, reset the interval, and look again at
+ * once unless the claim drained the queue (it got fewer jobs than it asked
+ * for and ran them all): new work then comes with a wake-up, and another
+ * claim now would only compete for the CPU with the jobs just handed out.
+ * No work: double the interval (up to 4x base, 60 s).
+ */
 static void
-Reschedule(QueuePoll *p, VqQueue *q, bool found_work, TimestampTz now)
+Reschedule(QueuePoll *p, VqQueue *q, bool found_work, bool drained, TimestampTz now)
 {
 	if (found_work)
 	{
 		p->delay_ms = q->sleep_delay_ms;
-		p->next_poll = now;
+		p->next_poll = drained ? TimestampTzPlusMilliseconds(now, p->delay_ms) : now;
 		return;
 	}
 	p->next_poll = TimestampTzPlusMilliseconds(now, p->delay_ms);
@@ -397,8 +460,9 @@ RunClaimedJob(VqJob *job, VqQueue *queue)
  * requested. Jobs not reached stay ENQUEUED: their row locks go with the commit.
  */
 static VqJob *
-RunBatch(List *jobs, VqQueue *queue)
+RunBatch(List *jobs, VqQueue *queue, bool *ran_jobs, bool *all_done)
 {
+	int			processed = 0;
 	List	   *done = NIL;
 	List	   *done_outcomes = NIL;
 	int			writers = 0;
@@ -414,12 +478,14 @@ RunBatch(List *jobs, VqQueue *queue)
 		if (ShutdownRequestPending || writers >= BATCH_MAX_WRITING_SUBXACTS ||
 			TimestampDifferenceExceeds(started, GetCurrentTimestamp(), BATCH_TIME_LIMIT_MS))
 			break;
+		processed++;
 
 		if (strncmp(job->address, "notify:", 7) == 0)
 		{
 			VqDispatchNotify(job, job->address + 7);
 			continue;
 		}
+		*ran_jobs = true;
 		if (!RunsInline(job->handler))
 		{
 			VqPersistRunning(job, false, GetCurrentTimestamp());
@@ -446,13 +512,15 @@ RunBatch(List *jobs, VqQueue *queue)
 	}
 	if (done != NIL)
 		VqPersistCompleted(done, done_outcomes, GetCurrentTimestamp());
+	*all_done = visible == NULL && processed == list_length(jobs);
 	return visible;
 }
 
 /*
  * One poll cycle: check the extension, rescue orphans (executor 0), then
  * claim from the first queue (in rotating order) that is due for a poll and
- * has work, and run what was claimed. Returns true if any job was claimed.
+ * has work, and run what was claimed. Returns true if more work may be waiting
+ * (a full claim, jobs left unrun, or a job run after the commit).
  */
 static bool
 PollCycle(void)
@@ -462,6 +530,9 @@ PollCycle(void)
 	VqJob	   *visible = NULL;
 	VqQueue    *visible_queue = NULL;
 	bool		claimed = false;
+	bool		ran_jobs = false;
+	bool		all_done = false;
+	bool		again = false;
 	TimestampTz next_due;
 	int			nqueues;
 	QueuePoll **order;
@@ -590,9 +661,9 @@ PollCycle(void)
 			continue;
 		}
 		jobs = ClaimJobs(queue, room, now);
-		Reschedule(poll, queue, jobs != NIL, now);
 		if (jobs == NIL)
 		{
+			Reschedule(poll, queue, false, false, now);
 			SetClaimed(0, false);
 			continue;
 		}
@@ -601,10 +672,29 @@ PollCycle(void)
 		/* a full batch: more may be due; let another executor help */
 		if (list_length(jobs) == room)
 			VqWakeDatabase(VqMyDatabase, true, 0);
-		visible = RunBatch(jobs, queue);
+		visible = RunBatch(jobs, queue, &ran_jobs, &all_done);
 		visible_queue = queue;
+		Reschedule(poll, queue, true, all_done && list_length(jobs) < room, now);
+		again = !(all_done && list_length(jobs) < room);
 	}
-	VqCommitTransaction();
+
+	/*
+	 * A transaction that only announced NOTIFY jobs (and did bookkeeping)
+	 * commits without waiting for its WAL flush: the notifications go out
+	 * at once instead of after the flush. If a crash loses that commit, the
+	 * jobs are ENQUEUED again and re-announced (at-least-once, as always),
+	 * and a consumer's reply cannot outlive it: the reply's own synchronous
+	 * commit flushes the WAL that precedes it. Transactions that ran jobs
+	 * keep the configured vq.worker_synchronous_commit.
+	 */
+	if (claimed && !ran_jobs && vq_worker_synchronous_commit)
+	{
+		SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+		VqCommitTransaction();
+		SetConfigOption("synchronous_commit", "on", PGC_SUSET, PGC_S_OVERRIDE);
+	}
+	else
+		VqCommitTransaction();
 
 	if (visible != NULL)
 	{
@@ -613,7 +703,7 @@ PollCycle(void)
 		RunClaimedJob(visible, visible_queue);
 	}
 	SetClaimed(0, true);
-	return claimed;
+	return again;
 }
 
 /* How long to sleep: until the next queue poll or the next known due time, whichever is first. */
@@ -696,7 +786,7 @@ vq_executor_main(Datum arg)
 	while (!ShutdownRequestPending)
 	{
 		uint64		wake_count;
-		bool		claimed;
+		bool		again;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -725,7 +815,7 @@ vq_executor_main(Datum arg)
 			relay_next_poll = GetCurrentTimestamp();
 		}
 
-		claimed = PollCycle();	/* exits the process if the extension is gone */
+		again = PollCycle();	/* exits the process if the extension is gone */
 		/* a background worker reports its table statistics itself (autovacuum depends on them) */
 		pgstat_report_stat(false);
 
@@ -735,7 +825,7 @@ vq_executor_main(Datum arg)
 			VqRunRetention();
 			last_retention = GetCurrentTimestamp();
 		}
-		if (claimed)
+		if (again)
 			continue;
 
 		/* announce the sleep, then look once more at what a waker would have changed */

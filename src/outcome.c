@@ -67,6 +67,45 @@ ProgressArray(List *outcomes, int which)
 	return PointerGetDatum(construct_md_array(values, nulls, 1, dims, lbs, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 }
 
+/*
+ * Mark one job COMPLETED: the common case of a reply or a job run after its
+ * claim, without the arrays of the set-based statement.
+ */
+static void
+PersistOneCompleted(VqJob *job, VqOutcome *o, TimestampTz now)
+{
+	static SPIPlanPtr completed_one_plan = NULL;
+	Datum		values[7];
+	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+
+	values[0] = UUIDPGetDatum(&job->execution_id);
+	values[1] = TimestampTzGetDatum(now);
+	values[2] = CStringGetTextDatum(job->running ? "RUNNING" : "ENQUEUED");
+	values[3] = Int64GetDatum(o->progress_total);
+	values[4] = Int64GetDatum(o->progress_succeeded);
+	values[5] = Int64GetDatum(o->progress_failed);
+	if (!o->has_progress)
+		nulls[3] = nulls[4] = nulls[5] = 'n';
+	values[6] = TimestampTzGetDatum(o->started_at);
+	if (o->started_at == 0)
+		nulls[6] = 'n';
+
+	Write(VqKeepPlan(&completed_one_plan,
+			   "WITH done AS ("
+			   " UPDATE vq.job j SET state = 'COMPLETED', finished_at = $2, updated_at = $2,"
+			   "  last_error = NULL, worker_pid = NULL, worker_started_at = NULL,"
+			   "  started_at = coalesce(j.started_at, $7),"
+			   "  progress_total = coalesce($4, j.progress_total),"
+			   "  progress_succeeded = coalesce($5, j.progress_succeeded),"
+			   "  progress_failed = coalesce($6, j.progress_failed)"
+			   " WHERE j.execution_id OPERATOR(pg_catalog.=) $1"
+			   " RETURNING j.execution_id, j.attempt_number)"
+			   " INSERT INTO vq.job_transition (execution_id, attempt_number, kind, from_state, to_state, at)"
+			   " SELECT execution_id, attempt_number, 'COMPLETED', $3::vq.job_state, 'COMPLETED', $2 FROM done",
+			   7, (Oid[]) {UUIDOID, TIMESTAMPTZOID, TEXTOID, INT8OID, INT8OID, INT8OID, TIMESTAMPTZOID}),
+		  values, nulls);
+}
+
 /* Mark jobs COMPLETED (set-based), one COMPLETED transition each. */
 void
 VqPersistCompleted(List *jobs, List *outcomes, TimestampTz now)
@@ -82,6 +121,11 @@ VqPersistCompleted(List *jobs, List *outcomes, TimestampTz now)
 	int			i = 0;
 	ListCell   *lc;
 
+	if (n == 1)
+	{
+		PersistOneCompleted(linitial(jobs), linitial(outcomes), now);
+		return;
+	}
 	foreach(lc, jobs)
 	{
 		VqJob	   *job = lfirst(lc);

@@ -18,13 +18,16 @@
 #                Goal: best relay rate >= 0.5 x best drain rate. For context, the relay is also run
 #                on an ANALYZEd vq.outbox (rows due 3 s after the load, ANALYZE meanwhile, rate from
 #                the due time): the relay's claim plan depends on vq.outbox's statistics.
-#   3. notify    NOTIFY round trip with the reference consumer (vq_consumer ... -- true): 1,000 jobs
-#                of a NOTIFY handler enqueued one per transaction 10 ms apart (pre-commit stamps as
-#                in 1); round trip = commit timestamp of the consumer's reply (the job row's final
-#                xmin, COMPLETED) - pre-commit stamp. Goal p50 <= 2 ms. Stages (medians):
-#                pre-commit -> announced (CLAIMED transition's at) -> announcement committed (commit
-#                timestamp of that transition) -> consumer took it (consumer_claimed_at, set by
-#                vq_pull) -> reply written (finished_at) -> reply committed.
+#   3. notify    NOTIFY round trip with the reference consumer, in its two modes: 3a --coprocess
+#                (the command, sed answering "ok" per job line, is kept running) and 3b one process
+#                per job (vq_consumer ... -- true). Each: 1,000 jobs of a NOTIFY handler enqueued
+#                one per transaction 10 ms apart (pre-commit stamps as in 1); round trip = commit
+#                timestamp of the consumer's reply (the job row's final xmin, COMPLETED) -
+#                pre-commit stamp. Goal p50 <= 2 ms. Stages (medians): pre-commit -> announced
+#                (CLAIMED transition's at) -> announcement committed (commit timestamp of that
+#                transition) -> consumer took it (consumer_claimed_at, set by vq_take) -> reply
+#                written (finished_at) -> reply committed. 3b's fourth stage includes starting
+#                'true', about 1 ms here (printed for comparison).
 #   Parts 1 and 3 also print the stage means of their slowest 10% (where the tail comes from).
 #   For context (no goal), parts 1 and 3 are repeated with 300 jobs under synchronous_commit = off
 #   for the whole cluster (ALTER SYSTEM; also vq.worker_synchronous_commit = off when the build has
@@ -154,7 +157,9 @@ wait_until() {
     local out
     if ! out="$(q "CALL bench.wait_until(\$w\$$1\$w\$, $2)" 2>&1)"; then
         echo "$out" >&2
-        [[ -f "$WORK/consumer.log" ]] && { echo "--- consumer log (last lines):" >&2; tail -n 20 "$WORK/consumer.log" >&2; }
+        for f in "$WORK"/consumer_*.log; do
+            [[ -f "$f" ]] && { echo "--- $f (last lines):" >&2; tail -n 20 "$f" >&2; }
+        done
         die "timed out after $2 s waiting for $3"
     fi
 }
@@ -278,7 +283,7 @@ SELECT e.n,
        1000 * extract(epoch FROM pg_xact_commit_timestamp(j.xmin) - e.pre_commit) AS total,
        1000 * extract(epoch FROM t.at - e.pre_commit) AS s1,                                         -- announced
        1000 * extract(epoch FROM pg_xact_commit_timestamp(t.xmin) - t.at) AS s2,                     -- announcement committed
-       1000 * extract(epoch FROM j.consumer_claimed_at - pg_xact_commit_timestamp(t.xmin)) AS s3,    -- taken by vq_pull
+       1000 * extract(epoch FROM j.consumer_claimed_at - pg_xact_commit_timestamp(t.xmin)) AS s3,    -- taken by vq_take
        1000 * extract(epoch FROM j.finished_at - j.consumer_claimed_at) AS s4,                       -- reply written
        1000 * extract(epoch FROM pg_xact_commit_timestamp(j.xmin) - j.finished_at) AS s5,            -- reply committed
        1000 * extract(epoch FROM s.post_commit - e.pre_commit) AS commit_rt
@@ -570,71 +575,63 @@ fi
 # ---------------------------------------------------------------------------
 # Part 3: NOTIFY round trip through the reference consumer
 # ---------------------------------------------------------------------------
-# notify_run JOBS: truncate, enqueue JOBS jobs through pgbench, wait until the consumer completed all.
+# notify_run JOBS TAG: truncate, enqueue JOBS jobs through pgbench, wait until the consumer (log
+# consumer_TAG.log) completed all.
 notify_run() {
     local bad
     truncate_all
     run_driver enqueue_stamped "$1"
     [[ "$(q "SELECT count(*) FROM bench.enq")" == "$1" ]] || die "notify: expected $1 rows in bench.enq"
-    kill -0 "$CONSUMER_PID" 2>/dev/null || { tail -n 20 "$WORK/consumer.log" >&2; die "the consumer exited (log above)"; }
+    kill -0 "$CONSUMER_PID" 2>/dev/null || { tail -n 20 "$WORK/consumer_$2.log" >&2; die "the consumer exited (log above)"; }
     wait_until "(SELECT count(*) = $1 FROM vq.job WHERE handler = 'nt' AND state = 'COMPLETED')" 60 \
         "the consumer to complete all $1 jobs"
     bad="$(q "SELECT (SELECT count(*) FROM vq.job WHERE handler = 'nt' AND (attempt_number <> 0 OR consumer_claimed_at IS NULL))
                      || ' ' || (SELECT count(*) FROM vq.job_transition WHERE kind = 'CLAIMED')
                      || ' ' || (SELECT count(*) FROM vq.job_transition)")"
     [[ "$bad" == "0 $1 $(($1 * 2))" ]] ||
-        die "notify: expected every job COMPLETED at its first attempt, taken with vq_pull, with exactly one CLAIMED" \
+        die "notify: expected every job COMPLETED at its first attempt, taken by the consumer, with exactly one CLAIMED" \
             "and one COMPLETED transition; found (bad jobs, CLAIMED, transitions) = $bad"
 }
-if has_part notify; then
-    log ""
-    [[ -x "$CONSUMER" ]] || die "the reference consumer $CONSUMER is not installed (make install builds it)"
-    q "SELECT vq_create_queue('nq')" >/dev/null
-    q "SELECT vq_register_notify_handler('nt', '$CHANNEL', queue => 'nq')" >/dev/null
-    wait_executors "$NEXEC"
-    "$CONSUMER" --dbname "dbname=$DB" --channel "$CHANNEL" --handler nt -- true >"$WORK/consumer.log" 2>&1 &
+# notify_measure TAG LABEL CONSUMER-ARGS...: start the reference consumer with CONSUMER-ARGS (after
+# --dbname/--channel/--handler), measure the round trip, add summary rows labelled LABEL, stop it.
+notify_measure() {
+    local tag="$1" label="$2" v n nts p50 p90 p99 pmax s1 s2 s3 s4 s5 commit_rt tn tt tc t1 t2 t3 t4 t5
+    local w0 w1 sync_ms c50 c90 c99 cmax c1 c2 c3 c4 c5
+    shift 2
+    "$CONSUMER" --dbname "dbname=$DB" --channel "$CHANNEL" --handler nt "$@" >"$WORK/consumer_$tag.log" 2>&1 &
     CONSUMER_PID=$!
-    log "== 3. NOTIFY round trip: $NLAT jobs of a NOTIFY handler, one client, 10 ms apart; consumer:" \
-        "$CONSUMER --channel $CHANNEL --handler nt -- true (pid $CONSUMER_PID)"
-    notify_run "$NWARM"      # warm-up; also proves the consumer is connected and listening
+    log "== 3$tag. NOTIFY round trip, $label: $NLAT jobs of a NOTIFY handler, one client, 10 ms apart; consumer:" \
+        "vq_consumer --channel $CHANNEL --handler nt $* (pid $CONSUMER_PID)"
+    notify_run "$NWARM" "$tag"      # warm-up; also proves the consumer is connected and listening
     set_guc track_wal_io_timing on
     w0="$(wal_sync_stats)"
-    notify_run "$NLAT"
+    notify_run "$NLAT" "$tag"
     w1="$(wal_sync_stats)"
     sync_ms="$(wal_flush_ms "$w0" "$w1")"
     IFS='|' read -r n nts p50 p90 p99 pmax s1 s2 s3 s4 s5 commit_rt <<<"$(lat_stats notify_lat 5)"
     [[ "$n" == "$NLAT" && "$nts" == "$NLAT" ]] || die "notify: $n of $NLAT jobs matched their stamps, $nts with a commit timestamp"
     log "  reply committed - pre-commit stamp: p50 $p50 ms, p90 $p90, p99 $p99, max $pmax"
     log "  stages (medians, ms): pre-commit -> announced (CLAIMED at) $s1; -> announcement committed $s2;" \
-        "-> taken by vq_pull (consumer_claimed_at) $s3; -> reply written (finished_at) $s4; -> reply committed $s5"
+        "-> taken by vq_take (consumer_claimed_at) $s3; -> reply written (finished_at) $s4; -> reply committed $s5"
     log "  enqueuer's COMMIT round trip (pre-commit stamp -> client stamp after COMMIT returned) p50 $commit_rt ms"
     read -r tn tt tc t1 t2 t3 t4 t5 <<<"$(lat_tail notify_lat 5)"
     log "  slowest 10% ($tn jobs, mean $tt ms): stage means $t1 / $t2 / $t3 / $t4 / $t5 ms; their enqueuer's COMMIT round trip $tc ms"
     log "  mean WAL flush of the client backends during the run: $sync_ms ms"
     if le "$p50" "$GOAL_NOTIFY_P50"; then v=PASS; else v=MISS; fi
-    summary "3. NOTIFY round trip (pre-commit -> reply committed), p50 ms" "$p50" "<= $GOAL_NOTIFY_P50" "$v"
-    summary "   p90 ms" "$p90" "" ""
-    summary "   p99 ms" "$p99" "" ""
-    summary "   max ms" "$pmax" "" ""
+    summary "3$tag. NOTIFY round trip, $label (pre-commit -> reply committed), p50 ms" "$p50" "<= $GOAL_NOTIFY_P50" "$v"
+    summary "   p90 / p99 / max ms" "$p90 / $p99 / $pmax" "" ""
     summary "   stage p50 ms: enqueue commit + wake + claim -> announced" "$s1" "" ""
     summary "   stage p50 ms: announced -> announcement commit timestamp" "$s2" "" ""
-    summary "   stage p50 ms: -> consumer took it (vq_pull)" "$s3" "" ""
-    summary "   stage p50 ms: -> reply written (pull commit, run 'true', vq_complete)" "$s4" "" ""
+    summary "   stage p50 ms: -> consumer took it (vq_take)" "$s3" "" ""
+    summary "   stage p50 ms: -> reply written (run the job, vq_complete)" "$s4" "" ""
     summary "   stage p50 ms: -> reply commit timestamp" "$s5" "" ""
     summary "   slowest 10%: stage means ms (same five stages)" "$t1 / $t2 / $t3 / $t4 / $t5" "" ""
     summary "   slowest 10%: mean enqueuer COMMIT round trip ms (median: $commit_rt)" "$tc" "" ""
     summary "   context: mean WAL flush ms (client backends)" "$sync_ms" "" ""
-    # What starting the command costs by itself: fork + exec + wait of 'true' (from this shell).
-    true_cmd="$(type -P true)"
-    t0="$(date +%s%N)"
-    for ((i = 0; i < 200; i++)); do "$true_cmd"; done
-    fork_ms="$(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN { printf "%.3f", (b - a) / 200 / 1e6 }')"
-    log "  for comparison: fork + exec + wait of $true_cmd from this shell, mean $fork_ms ms"
-    summary "   context: fork + exec + wait of 'true' from a shell, mean ms" "$fork_ms" "" ""
     if [[ "$CONTEXT" == 1 ]]; then
         async_everywhere
-        notify_run "$NWARM"      # every process (the consumer's session too) has the setting by now
-        notify_run "$NCTX"
+        notify_run "$NWARM" "$tag"      # every process (the consumer's session too) has the setting by now
+        notify_run "$NCTX" "$tag"
         IFS='|' read -r n nts c50 c90 c99 cmax c1 c2 c3 c4 c5 _ <<<"$(lat_stats notify_lat 5)"
         [[ "$nts" == "$NCTX" ]] || die "notify (synchronous_commit = off): $nts of $NCTX jobs with a commit timestamp"
         log "  context, synchronous_commit = off (cluster-wide), $NCTX jobs: p50 $c50 ms, p90 $c90, p99 $c99, max $cmax;" \
@@ -644,7 +641,24 @@ if has_part notify; then
     fi
     reset_gucs
     stop_consumer
-    grep -E "WARNING|ERROR|error" "$WORK/consumer.log" | head -n 5 | sed 's/^/  consumer log: /' || true
+    grep -E "WARNING|ERROR|error" "$WORK/consumer_$tag.log" | head -n 5 | sed 's/^/  consumer log: /' || true
+}
+if has_part notify; then
+    log ""
+    [[ -x "$CONSUMER" ]] || die "the reference consumer $CONSUMER is not installed (make install builds it)"
+    q "SELECT vq_create_queue('nq')" >/dev/null
+    q "SELECT vq_register_notify_handler('nt', '$CHANNEL', queue => 'nq')" >/dev/null
+    wait_executors "$NEXEC"
+    # The command is kept running (--coprocess): one JSON line in, "ok" out, per job.
+    notify_measure a "coprocess (sed answers ok)" --coprocess -- sed -u 's/.*/ok/'
+    # One process per job: the job's time includes starting 'true' (fork + exec + exit + wait).
+    notify_measure b "one process per job (true)" -- true
+    true_cmd="$(type -P true)"
+    t0="$(date +%s%N)"
+    for ((i = 0; i < 200; i++)); do "$true_cmd"; done
+    fork_ms="$(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN { printf "%.3f", (b - a) / 200 / 1e6 }')"
+    log "  for comparison: fork + exec + wait of $true_cmd from this shell, mean $fork_ms ms"
+    summary "   context: fork + exec + wait of 'true' from a shell, mean ms" "$fork_ms" "" ""
 fi
 
 # ---------------------------------------------------------------------------

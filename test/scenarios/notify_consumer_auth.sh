@@ -11,10 +11,11 @@
 #      dead-lettered at max_attempts (2).
 #   2. authorisation: a role that is neither a member of the enqueuing role nor granted gets
 #      VQ010 from vq_complete / vq_fail with the same message as for a random uuid, nothing
-#      from vq_pull, NULL from vq_job_payload, no rows in vq.job, and cannot call
+#      from vq_pull or vq_take, NULL from vq_job_payload, no rows in vq.job, and cannot call
 #      vq_grant_consumer; the job is untouched. A member of the enqueuing role may read, pull
-#      and reply. After vq_grant_consumer(handler, role) the role reads the payload, pulls and
-#      completes the job (only for that handler); after vq_revoke_consumer it cannot any more.
+#      and reply. After vq_grant_consumer(handler, role) the role reads the payload, takes the
+#      job with vq_take (once: a second take and a pull return nothing; not at another attempt,
+#      not another handler's job) and completes it; after vq_revoke_consumer it cannot any more.
 #   3. capacity (12 queues with max_concurrent_jobs 2, sleep_delay_ms 10 s; 5 jobs each, one
 #      commit per queue, nobody replying): no queue ever has more than 2 RUNNING (announced);
 #      after one reply another job is announced within 1.5 s (the reply frees room, as a
@@ -232,6 +233,7 @@ assert_eq "${e_rand//$RANDOM_ID/$J1}" "$e_job" "vq_fail of another role's job by
 e_job="$(sql_error "$R_STRANGER" "SELECT vq_complete('$J1')")"
 assert_eq "${e_rand//$RANDOM_ID/$J1}" "$e_job" "vq_complete (no attempt) of another role's job by a stranger"
 assert_eq 0 "$(q_as "$R_STRANGER" "SELECT count(*) FROM vq_pull('nc_auth', 100)")" "jobs a stranger pulls"
+assert_eq 0 "$(q_as "$R_STRANGER" "SELECT count(*) FROM vq_take('$J1')")" "vq_take of another role's job by a stranger"
 assert_eq t "$(q_as "$R_STRANGER" "SELECT vq_job_payload('$J1') IS NULL")" "vq_job_payload of another role's job, as a stranger"
 assert_eq 0 "$(q_as "$R_STRANGER" "SELECT count(*) FROM vq.job")" "vq.job rows a stranger sees"
 e_job="$(sql_error "$R_STRANGER" "SELECT vq_grant_consumer('nc_auth', '$R_STRANGER')")"
@@ -247,10 +249,20 @@ assert_eq t "$(q_as "$R_WORKER" "SELECT vq_job_payload('$K1') IS NULL")" "vq_job
 e_job="$(sql_error "$R_WORKER" "SELECT vq_complete('$K1', 0)")"
 assert_eq "VQ010: no job $K1 that you may reply to" "$e_job" "vq_complete of another handler's job by the granted role"
 got="$(psql -XAtq -v ON_ERROR_STOP=1 -c "SET ROLE \"$R_WORKER\"" \
-    -c "SELECT 'pulled=' || string_agg(execution_id || '/' || attempt || '/' || (payload->>'secret'), ',') FROM vq_pull('nc_auth', 100)" \
-    -c "SELECT 'complete=' || vq_complete('$J1', 0)")"
-assert_eq "pulled=$J1/0/s1
-complete=true" "$got" "the granted role pulls and completes auth-1"
+    -c "SELECT 'other_handler=' || count(*) FROM vq_take('$K1', 0)" \
+    -c "SELECT 'wrong_attempt=' || count(*) FROM vq_take('$J1', 1)" \
+    -c "SELECT 'taken=' || string_agg(execution_id || '/' || attempt || '/' || (payload->>'secret'), ',') FROM vq_take('$J1', 0)" \
+    -c "SELECT 'again=' || count(*) FROM vq_take('$J1', 0)" \
+    -c "SELECT 'pulled=' || count(*) FROM vq_pull('nc_auth', 100)" \
+    -c "SELECT 'complete=' || vq_complete('$J1', 0)" \
+    -c "SELECT 'after=' || count(*) FROM vq_take('$J1')")"
+assert_eq "other_handler=0
+wrong_attempt=0
+taken=$J1/0/s1
+again=0
+pulled=0
+complete=true
+after=0" "$got" "the granted role takes auth-1 (once, only at its attempt, not another handler's job), then completes it"
 assert_eq "COMPLETED" "$(q "SELECT state FROM vq.job WHERE execution_id = '$J1'")" "auth-1 state"
 
 log "   revoked"
