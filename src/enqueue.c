@@ -106,6 +106,7 @@ static SPIPlanPtr holder_many_plan = NULL;
 /* What this transaction enqueued, for the wake-up at commit. */
 static bool xact_callback_registered = false;
 static bool wake_due_at_commit = false;
+static uint32 due_queue_at_commit = 0;	/* VqQueueHash of the last queue given due jobs */
 static bool wake_relay_at_commit = false;
 static TimestampTz next_due_at_commit = VQ_NO_NEXT_DUE;
 
@@ -116,6 +117,7 @@ EnqueueXactCallback(XactEvent event, void *arg)
 	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT || event == XACT_EVENT_PREPARE)
 	{
 		wake_due_at_commit = false;
+		due_queue_at_commit = 0;
 		wake_relay_at_commit = false;
 		next_due_at_commit = VQ_NO_NEXT_DUE;
 	}
@@ -137,13 +139,14 @@ EnqueueReleaseCallback(ResourceReleasePhase phase, bool isCommit, bool isTopLeve
 	if (isCommit)
 	{
 		if (wake_due_at_commit)
-			VqWakeDatabase(MyDatabaseId, true, 0);
+			VqWakeDatabase(MyDatabaseId, true, 0, due_queue_at_commit);
 		if (next_due_at_commit != VQ_NO_NEXT_DUE)
-			VqWakeDatabase(MyDatabaseId, false, next_due_at_commit);
+			VqWakeDatabase(MyDatabaseId, false, next_due_at_commit, 0);
 		if (wake_relay_at_commit)
 			VqWakeRelay(MyDatabaseId);
 	}
 	wake_due_at_commit = false;
+	due_queue_at_commit = 0;
 	wake_relay_at_commit = false;
 	next_due_at_commit = VQ_NO_NEXT_DUE;
 }
@@ -194,6 +197,18 @@ VqNoteJobDue(TimestampTz scheduled_at)
 		wake_due_at_commit = true;
 	else if (scheduled_at < next_due_at_commit)
 		next_due_at_commit = scheduled_at;
+}
+
+/*
+ * VqNoteJobDue for jobs of one queue: the wake-up also names the queue, so
+ * that an idle executor looks there first instead of polling the others.
+ */
+static void
+NoteQueueDue(VqQueue *queue, TimestampTz scheduled_at)
+{
+	VqNoteJobDue(scheduled_at);
+	if (scheduled_at <= GetCurrentTimestamp())
+		due_queue_at_commit = VqQueueHash(queue->name);
 }
 
 /* Is this error worth retrying the whole transaction for? */
@@ -461,7 +476,7 @@ InsertOne(const JobSpec *spec, Datum payload, bool payload_null, text *job_id)
 	VqRestoreUser(&saved);
 	error_context_stack = errcb.previous;
 	if (!spec->queue->paused)	/* nobody claims from a paused queue: waking would be wasted */
-		VqNoteJobDue(spec->scheduled_at);
+		NoteQueueDue(spec->queue, spec->scheduled_at);
 	return result;
 }
 
@@ -662,7 +677,7 @@ vq_enqueue_many(PG_FUNCTION_ARGS)
 	VqRestoreUser(&saved);
 	error_context_stack = errcb.previous;
 	if (!spec.queue->paused)
-		VqNoteJobDue(spec.scheduled_at);
+		NoteQueueDue(spec.queue, spec.scheduled_at);
 
 	PG_RETURN_ARRAYTYPE_P(construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
 }

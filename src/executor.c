@@ -86,6 +86,7 @@ static int	my_index = 0;
 typedef struct QueuePoll
 {
 	char		name[VQ_NAME_MAX + 1];	/* hash key */
+	uint32		hint;			/* VqQueueHash(name), to match the wake-up's due_queue_hint */
 	int			delay_ms;		/* current interval: base, doubled while empty */
 	TimestampTz next_poll;
 	bool		seen;
@@ -177,6 +178,7 @@ static int	relay_delay_ms = RELAY_POLL_BASE_MS;
 static uint64 last_relay_wake_count = 0;
 static uint64 last_wake_count = 0;
 static int	queue_rotation = 0;
+static bool just_woke = false;	/* the next cycle is the first after a sleep */
 
 static SPIPlanPtr claim_plan = NULL;
 
@@ -294,7 +296,7 @@ SetClaimed(int n, bool jobs_finished)
 	VqMyExecutorSlot->claimed = n;
 	LWLockRelease(VqShared->lock);
 	if (wake)
-		VqWakeDatabase(VqMyDatabase, true, 0);
+		VqWakeDatabase(VqMyDatabase, true, 0, 0);
 }
 
 /* Bring the local polling schedule in line with the configured queues. */
@@ -316,6 +318,7 @@ SyncQueuePolls(VqRegistry *registry, TimestampTz now)
 		p = hash_search(queue_polls, q->name, HASH_ENTER, &found);
 		if (!found)
 		{
+			p->hint = VqQueueHash(p->name);
 			p->delay_ms = q->sleep_delay_ms;
 			p->next_poll = now;
 		}
@@ -617,13 +620,38 @@ PollCycle(void)
 		relay_delay_ms = Min(relay_delay_ms * 2, 4 * RELAY_POLL_BASE_MS);
 	}
 
-	/* Visit the queues in a rotating order so that one busy queue cannot starve the others. */
+	/*
+	 * Visit the queues in a rotating order so that one busy queue cannot
+	 * starve the others. An executor just woken from sleep looks first at the
+	 * queue the wake-up named (the common case of one job enqueued into an
+	 * idle system), rather than polling empty queues before it; busy
+	 * executors do not sleep, so they keep the plain rotation.
+	 */
 	nqueues = hash_get_num_entries(queue_polls);
 	order = MemoryContextAlloc(cycle_context, sizeof(QueuePoll *) * Max(nqueues, 1));
 	hash_seq_init(&seq, queue_polls);
 	while ((p = hash_seq_search(&seq)) != NULL)
 		order[i++] = p;
 	queue_rotation++;
+	if (just_woke)
+	{
+		uint32		hint = pg_atomic_exchange_u32(&VqMyDatabaseSlot->due_queue_hint, 0);
+
+		for (int k = 0; hint != 0 && k < nqueues; k++)
+		{
+			if (order[k]->hint == hint)
+			{
+				/* swap it into the slot the rotation visits first */
+				int			first = queue_rotation % nqueues;
+				QueuePoll  *tmp = order[first];
+
+				order[first] = order[k];
+				order[k] = tmp;
+				break;
+			}
+		}
+		just_woke = false;
+	}
 	for (int k = 0; k < nqueues && !claimed; k++)
 	{
 		QueuePoll  *poll = order[(k + queue_rotation) % nqueues];
@@ -671,7 +699,7 @@ PollCycle(void)
 		claimed = true;
 		/* a full batch: more may be due; let another executor help */
 		if (list_length(jobs) == room)
-			VqWakeDatabase(VqMyDatabase, true, 0);
+			VqWakeDatabase(VqMyDatabase, true, 0, 0);
 		visible = RunBatch(jobs, queue, &ran_jobs, &all_done);
 		visible_queue = queue;
 		Reschedule(poll, queue, true, all_done && list_length(jobs) < room, now);
@@ -836,6 +864,7 @@ vq_executor_main(Datum arg)
 			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 							 SleepMs(), PG_WAIT_EXTENSION);
 		VqMyExecutorSlot->sleeping = false;
+		just_woke = true;
 		ResetLatch(MyLatch);
 	}
 	proc_exit(0);

@@ -382,7 +382,7 @@ LauncherWakeupXactCallback(XactEvent event, void *arg)
 		for (int i = 0; slot != NULL && i < VQ_MAX_EXECUTORS; i++)
 			slot->executors[i].check_extension = true;
 		LWLockRelease(VqShared->lock);
-		VqWakeDatabase(MyDatabaseId, true, 0);
+		VqWakeDatabase(MyDatabaseId, true, 0, 0);
 	}
 	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT)
 	{

@@ -7,6 +7,7 @@
  */
 #include "postgres.h"
 
+#include "common/hashfn.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/shmem.h"
@@ -68,6 +69,7 @@ VqShmemStartup(void)
 			pg_atomic_init_u64(&slot->wake_count, 0);
 			pg_atomic_init_u64(&slot->relay_wake_count, 0);
 			pg_atomic_init_u64(&slot->next_due, (uint64) VQ_NO_NEXT_DUE);
+			pg_atomic_init_u32(&slot->due_queue_hint, 0);
 		}
 	}
 	LWLockRelease(AddinShmemInitLock);
@@ -110,6 +112,15 @@ WakeOneExecutor(VqDatabaseSlot *slot)
 	}
 }
 
+/* A queue name's hash for due_queue_hint (never 0). */
+uint32
+VqQueueHash(const char *queue)
+{
+	uint32		h = hash_bytes((const unsigned char *) queue, strlen(queue));
+
+	return h == 0 ? 1 : h;
+}
+
 /* The slot of a database, or NULL (caller holds VqShared->lock). */
 VqDatabaseSlot *
 VqFindDatabaseSlot(Oid dboid)
@@ -127,7 +138,7 @@ VqFindDatabaseSlot(Oid dboid)
  * database without running executors has nothing to wake: they poll on start.
  */
 void
-VqWakeDatabase(Oid dboid, bool due_now, TimestampTz next_due)
+VqWakeDatabase(Oid dboid, bool due_now, TimestampTz next_due, uint32 queue_hint)
 {
 	VqDatabaseSlot *slot;
 
@@ -139,7 +150,11 @@ VqWakeDatabase(Oid dboid, bool due_now, TimestampTz next_due)
 	if (slot != NULL)
 	{
 		if (due_now)
+		{
+			if (queue_hint != 0)
+				pg_atomic_write_u32(&slot->due_queue_hint, queue_hint);
 			pg_atomic_fetch_add_u64(&slot->wake_count, 1);
+		}
 		else
 		{
 			uint64		cur = pg_atomic_read_u64(&slot->next_due);

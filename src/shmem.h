@@ -64,6 +64,7 @@ typedef struct VqDatabaseSlot
 	pg_atomic_uint64 wake_count;	/* commits that enqueued due work */
 	pg_atomic_uint64 relay_wake_count;	/* commits that published outbox rows due now */
 	pg_atomic_uint64 next_due;	/* earliest future scheduled_at enqueued (TimestampTz) */
+	pg_atomic_uint32 due_queue_hint;	/* VqQueueHash of a queue that just got due jobs (0: none) */
 	VqExecutorSlot executors[VQ_MAX_EXECUTORS];
 } VqDatabaseSlot;
 
@@ -81,11 +82,14 @@ extern VqSharedState *VqShared;
 /* Register the shared-memory request and startup hooks (from _PG_init). */
 extern void VqShmemInit(void);
 
+/* A queue name's hash for due_queue_hint (never 0). */
+extern uint32 VqQueueHash(const char *queue);
+
 /* The slot of a database, or NULL (caller holds VqShared->lock). */
 extern VqDatabaseSlot *VqFindDatabaseSlot(Oid dboid);
 
 /* Tell the executors of a database that work was committed: due now, or at next_due. */
-extern void VqWakeDatabase(Oid dboid, bool due_now, TimestampTz next_due);
+extern void VqWakeDatabase(Oid dboid, bool due_now, TimestampTz next_due, uint32 queue_hint);
 
 /* Tell the executors of a database that outbox rows due now were committed. */
 extern void VqWakeRelay(Oid dboid);
