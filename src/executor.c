@@ -344,20 +344,14 @@ PollAllNow(TimestampTz now)
 		p->next_poll = now;
 }
 
-/*
- * After a poll: when work was found, reset the interval, and look again at
- * once unless the claim drained the queue (it got fewer jobs than it asked
- * for and ran them all): new work then comes with a wake-up, and another
- * claim now would only compete for the CPU with the jobs just handed out.
- * No work: double the interval (up to 4x base, 60 s).
- */
+/* After a poll: reset the interval when work was found, else double it (up to 4x base, 60 s). */
 static void
-Reschedule(QueuePoll *p, VqQueue *q, bool found_work, bool drained, TimestampTz now)
+Reschedule(QueuePoll *p, VqQueue *q, bool found_work, TimestampTz now)
 {
 	if (found_work)
 	{
 		p->delay_ms = q->sleep_delay_ms;
-		p->next_poll = drained ? TimestampTzPlusMilliseconds(now, p->delay_ms) : now;
+		p->next_poll = now;
 		return;
 	}
 	p->next_poll = TimestampTzPlusMilliseconds(now, p->delay_ms);
@@ -463,9 +457,8 @@ RunClaimedJob(VqJob *job, VqQueue *queue)
  * requested. Jobs not reached stay ENQUEUED: their row locks go with the commit.
  */
 static VqJob *
-RunBatch(List *jobs, VqQueue *queue, bool *ran_jobs, bool *all_done)
+RunBatch(List *jobs, VqQueue *queue, bool *ran_jobs)
 {
-	int			processed = 0;
 	List	   *done = NIL;
 	List	   *done_outcomes = NIL;
 	int			writers = 0;
@@ -481,7 +474,6 @@ RunBatch(List *jobs, VqQueue *queue, bool *ran_jobs, bool *all_done)
 		if (ShutdownRequestPending || writers >= BATCH_MAX_WRITING_SUBXACTS ||
 			TimestampDifferenceExceeds(started, GetCurrentTimestamp(), BATCH_TIME_LIMIT_MS))
 			break;
-		processed++;
 
 		if (strncmp(job->address, "notify:", 7) == 0)
 		{
@@ -515,15 +507,13 @@ RunBatch(List *jobs, VqQueue *queue, bool *ran_jobs, bool *all_done)
 	}
 	if (done != NIL)
 		VqPersistCompleted(done, done_outcomes, GetCurrentTimestamp());
-	*all_done = visible == NULL && processed == list_length(jobs);
 	return visible;
 }
 
 /*
  * One poll cycle: check the extension, rescue orphans (executor 0), then
  * claim from the first queue (in rotating order) that is due for a poll and
- * has work, and run what was claimed. Returns true if more work may be waiting
- * (a full claim, jobs left unrun, or a job run after the commit).
+ * has work, and run what was claimed. Returns true if any job was claimed.
  */
 static bool
 PollCycle(void)
@@ -534,8 +524,6 @@ PollCycle(void)
 	VqQueue    *visible_queue = NULL;
 	bool		claimed = false;
 	bool		ran_jobs = false;
-	bool		all_done = false;
-	bool		again = false;
 	TimestampTz next_due;
 	int			nqueues;
 	QueuePoll **order;
@@ -691,7 +679,7 @@ PollCycle(void)
 		jobs = ClaimJobs(queue, room, now);
 		if (jobs == NIL)
 		{
-			Reschedule(poll, queue, false, false, now);
+			Reschedule(poll, queue, false, now);
 			SetClaimed(0, false);
 			continue;
 		}
@@ -700,10 +688,9 @@ PollCycle(void)
 		/* a full batch: more may be due; let another executor help */
 		if (list_length(jobs) == room)
 			VqWakeDatabase(VqMyDatabase, true, 0, 0);
-		visible = RunBatch(jobs, queue, &ran_jobs, &all_done);
+		visible = RunBatch(jobs, queue, &ran_jobs);
 		visible_queue = queue;
-		Reschedule(poll, queue, true, all_done && list_length(jobs) < room, now);
-		again = !(all_done && list_length(jobs) < room);
+		Reschedule(poll, queue, true, now);
 	}
 
 	/*
@@ -731,7 +718,7 @@ PollCycle(void)
 		RunClaimedJob(visible, visible_queue);
 	}
 	SetClaimed(0, true);
-	return again;
+	return claimed;
 }
 
 /* How long to sleep: until the next queue poll or the next known due time, whichever is first. */

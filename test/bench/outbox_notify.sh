@@ -88,32 +88,8 @@ RESTORE_TCS=0
 CONSUMER_PID=""
 
 die() { echo "outbox_notify bench: ERROR: $*" >&2; exit 1; }
-log() { printf '%s\n' "$*"; }
-# q SQL: run SQL in the bench database, print the bare result.
-q() { "${PSQL[@]}" -d "$DB" -At -c "$1"; }
-# qa SQL: the same, in the maintenance database.
-qa() { "${PSQL[@]}" -d postgres -At -c "$1"; }
-has_part() { [[ " $PARTS " == *" $1 "* ]]; }
-loadavg() { cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo "?"; }
-# le A B / ge A B: numeric comparisons (false when A is empty)
-le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a != "" && a + 0 <= b + 0) }'; }
-ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a != "" && a + 0 >= b + 0) }'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || b + 0 == 0) print "-"; else printf "%.2f", a / b }'; }
-
-# set_guc NAME VALUE: ALTER SYSTEM SET + reload (remembered for the reset at the end).
-set_guc() {
-    qa "ALTER SYSTEM SET $1 = '$2'" >/dev/null
-    qa "SELECT pg_reload_conf()" >/dev/null
-    [[ " ${CHANGED_SETTINGS[*]-} " == *" $1 "* ]] || CHANGED_SETTINGS+=("$1")
-}
-reset_gucs() {
-    local s
-    for s in "${CHANGED_SETTINGS[@]-}"; do
-        [[ -n "$s" ]] && qa "ALTER SYSTEM RESET $s" >/dev/null
-    done
-    qa "SELECT pg_reload_conf()" >/dev/null
-    CHANGED_SETTINGS=()
-}
+# shellcheck source=test/bench/lib/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 
 # async_everywhere: synchronous_commit = off for every session, and for the executors too (they
 # follow vq.worker_synchronous_commit instead of synchronous_commit when the build has it).

@@ -96,34 +96,9 @@ BG_PIDS=()
 ERRORS=0
 
 die() { echo "workers bench: ERROR: $*" >&2; exit 1; }
-log() { printf '%s\n' "$*"; }
-# q SQL: run SQL in the bench database, print the bare result.
-q() { "${PSQL[@]}" -d "$DB" -At -c "$1"; }
-# qa SQL: the same, in the maintenance database.
-qa() { "${PSQL[@]}" -d postgres -At -c "$1"; }
-has_part() { [[ " $PARTS " == *" $1 "* ]]; }
+# shellcheck source=test/bench/lib/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 now_s() { date +%s.%N; }
-loadavg() { cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo "?"; }
-# fmt NUMBER DECIMALS
-fmt() { awk -v x="$1" -v d="$2" 'BEGIN { if (x == "") print "-"; else printf "%.*f", d, x }'; }
-# le A B / ge A B: numeric comparisons
-le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a != "" && a + 0 <= b + 0) }'; }
-ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a != "" && a + 0 >= b + 0) }'; }
-
-# set_guc NAME VALUE: ALTER SYSTEM SET + reload (remembered for the reset at the end).
-set_guc() {
-    qa "ALTER SYSTEM SET $1 = '$2'" >/dev/null
-    qa "SELECT pg_reload_conf()" >/dev/null
-    [[ " ${CHANGED_SETTINGS[*]-} " == *" $1 "* ]] || CHANGED_SETTINGS+=("$1")
-}
-reset_gucs() {
-    local s
-    for s in "${CHANGED_SETTINGS[@]-}"; do
-        [[ -n "$s" ]] && qa "ALTER SYSTEM RESET $s" >/dev/null
-    done
-    qa "SELECT pg_reload_conf()" >/dev/null
-    CHANGED_SETTINGS=()
-}
 
 cleanup() {
     local rc=$? p
@@ -413,7 +388,6 @@ label_of() {
         vq_e*) local x="${1#vq_e}"; echo "vq: ${x%%_b*} executor(s), batch ${x#*_b}" ;;
     esac
 }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 
 if has_part drain; then
     log ""

@@ -58,52 +58,8 @@ q_as() { psql -XAtq -v ON_ERROR_STOP=1 -c "SET ROLE \"$1\"" -c "$2"; }
 # job ID: "state|attempt|last_error" (for failure messages)
 job() { q "SELECT state || '|' || attempt_number || '|' || coalesce(last_error, '') FROM vq.job WHERE execution_id = '$1'"; }
 
-# wait_file FILE REGEX SECS WHAT: poll until FILE has a line matching REGEX
-wait_file() {
-    local file="$1" re="$2" secs="$3" what="$4" deadline
-    deadline=$(($(date +%s%N) + secs * 1000000000))
-    until grep -qE -- "$re" "$file" 2>/dev/null; do
-        (($(date +%s%N) < deadline)) || fail "timed out after ${secs}s waiting for $what (no line matching /$re/ in $file)"
-        sleep 0.05
-    done
-}
-
-# listener_start NAME CHANNEL: a psql session LISTENing on CHANNEL (output in $TMPD/NAME.out)
-listener_start() {
-    local name="$1" ch="$2" fd
-    mkfifo "$TMPD/$name.in"
-    psql -XAtq <"$TMPD/$name.in" >"$TMPD/$name.out" 2>&1 &
-    LISTENER_PID[$name]=$!
-    exec {fd}>"$TMPD/$name.in"
-    LISTENER_FD[$name]=$fd
-    printf 'LISTEN "%s";\nSELECT %s;\n' "$ch" "'listening-$name'" >&"$fd"
-    wait_file "$TMPD/$name.out" "^listening-$name\$" 10 "listener $name to LISTEN"
-}
-# listener_wait NAME REGEX SECS: make the listener look for notifications until one
-# matching REGEX is printed (psql prints them after each statement)
-listener_wait() {
-    local name="$1" re="$2" secs="$3" deadline
-    deadline=$(($(date +%s%N) + secs * 1000000000))
-    while :; do
-        printf 'SELECT 1 WHERE false;\n' >&"${LISTENER_FD[$name]}"
-        grep -qE -- "$re" "$TMPD/$name.out" && return 0
-        (($(date +%s%N) < deadline)) ||
-            fail "listener $name: no notification matching /$re/ within ${secs}s; it printed: $(tail -c 2000 "$TMPD/$name.out")"
-        sleep 0.05
-    done
-}
-# notification NAME EXECUTION_ID: the JSON message announcing EXECUTION_ID (last one)
-notification() {
-    sed -n 's/^Asynchronous notification "[^"]*" with payload "\(.*\)" received from server process with PID [0-9]*\.$/\1/p' \
-        "$TMPD/$1.out" | grep -F -- "$2" | tail -n 1
-}
-listener_stop() {
-    local name="$1" fd="${LISTENER_FD[$1]}"
-    exec {fd}>&-
-    kill "${LISTENER_PID[$name]}" 2>/dev/null || true
-    wait "${LISTENER_PID[$name]}" 2>/dev/null || true
-    unset "LISTENER_PID[$name]" "LISTENER_FD[$name]"
-}
+# shellcheck source=test/scenarios/lib/listener.sh
+. "$(dirname "$0")/lib/listener.sh"
 
 # consumer_start NAME ARGS...: vq_consumer in the background (log in $TMPD/NAME.log)
 consumer_start() {

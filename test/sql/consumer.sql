@@ -92,3 +92,11 @@ SELECT state FROM vq.job WHERE execution_id = :'id4';
 SELECT vq_revoke_consumer('cons_h', 'regress_cons_worker');
 DROP ROLE regress_cons_stranger;
 DROP ROLE regress_cons_worker;
+
+-- Clean up: the other files share this database and list handlers, queues and dead letters.
+DELETE FROM vq.job_transition t USING vq.job j
+ WHERE t.execution_id = j.execution_id AND j.handler IN ('cons_h', 'cons_fn');
+DELETE FROM vq.job WHERE handler IN ('cons_h', 'cons_fn');
+SELECT vq_unregister_handler('cons_h'), vq_unregister_handler('cons_fn');
+SELECT vq_drop_queue('cq_consumer');
+DROP FUNCTION public.cons_fn(jsonb);
