@@ -350,6 +350,14 @@ lat_stats() {
     for ((i = 1; i <= $2; i++)); do cols+="$(med "s$i"), "; done
     q "SELECT count(*), count(total), $(pcts total), $cols $(med commit_rt) FROM bench.$1"
 }
+# post_commit_stats VIEW: "p50 / p99" of the latency counted from the client's stamp after its
+# COMMIT returned (total - commit_rt), for comparison with figures measured from there.
+post_commit_stats() {
+    q "SELECT round(percentile_cont(0.5) WITHIN GROUP (ORDER BY total - commit_rt)::numeric, 3) || ' / ' ||
+              round(percentile_cont(0.99) WITHIN GROUP (ORDER BY total - commit_rt)::numeric, 3)
+         FROM bench.$1 WHERE commit_rt IS NOT NULL"
+}
+
 # lat_tail VIEW NSTAGES: the slowest 10% (total >= p90): count, mean total, mean COMMIT round trip of
 # the publisher / enqueuer, mean of each stage (ms)
 lat_tail() {
@@ -385,6 +393,7 @@ if has_part publish; then
     if le "$p99" "$GOAL_PUB_P99"; then v=PASS; else v=MISS; fi
     summary "   p99 ms" "$p99" "<= $GOAL_PUB_P99" "$v"
     summary "   max ms" "$pmax" "" ""
+    summary "   context: from the publisher's stamp after COMMIT returned, p50 / p99 ms" "$(post_commit_stats publish_lat)" "" ""
     summary "   stage p50 ms: publisher commit + wake-up / relay work / to relay commit" "$s_wake / $s_relay / $s_commit" "" ""
     summary "   slowest 10%: stage means ms (same stages)" "$t1 / $t2 / $t3" "" ""
     summary "   slowest 10%: mean publisher COMMIT round trip ms (median: $commit_rt)" "$tc" "" ""
@@ -592,9 +601,7 @@ notify_measure() {
     log "  enqueuer's COMMIT round trip (pre-commit stamp -> client stamp after COMMIT returned) p50 $commit_rt ms"
     # The same round trip counted from the enqueuer's client stamp after its COMMIT returned
     # (the job was committed by then), for comparison with peers measured from there.
-    post="$(q "SELECT round(percentile_cont(0.5) WITHIN GROUP (ORDER BY total - commit_rt)::numeric, 3) || ' / ' ||
-                      round(percentile_cont(0.99) WITHIN GROUP (ORDER BY total - commit_rt)::numeric, 3)
-                 FROM bench.notify_lat WHERE commit_rt IS NOT NULL")"
+    post="$(post_commit_stats notify_lat)"
     log "  reply committed - client stamp after the enqueuer's COMMIT returned: p50 / p99 $post ms"
     read -r tn tt tc t1 t2 t3 t4 t5 <<<"$(lat_tail notify_lat 5)"
     log "  slowest 10% ($tn jobs, mean $tt ms): stage means $t1 / $t2 / $t3 / $t4 / $t5 ms; their enqueuer's COMMIT round trip $tc ms"
