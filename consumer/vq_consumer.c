@@ -81,7 +81,7 @@ typedef struct
 	char	   *execution_id;
 	char	   *job_id;
 	char	   *handler;
-	char	   *payload;		/* raw JSON text; NULL = fetch with vq_job_payload() */
+	char	   *payload;		/* raw JSON text (vq_take / vq_pull return it; "null" when none) */
 	int			attempt;
 	bool		have_attempt;
 	bool		payload_omitted;
@@ -849,7 +849,6 @@ typedef enum
 	STMT_PULL,
 	STMT_COMPLETE,
 	STMT_FAIL,
-	STMT_PAYLOAD,
 	NUM_STMTS
 } StmtId;
 
@@ -863,7 +862,6 @@ static const struct
 	[STMT_PULL] = {"vq_pull", CLAIM_COLUMNS "vq_pull($1::text, $2::integer) AS p", 2},
 	[STMT_COMPLETE] = {"vq_complete", "SELECT vq_complete($1::uuid, $2::integer)", 2},
 	[STMT_FAIL] = {"vq_fail", "SELECT vq_fail($1::uuid, $2::text, $3::integer)", 3},
-	[STMT_PAYLOAD] = {"vq_job_payload", "SELECT vq_job_payload($1::uuid)::text", 1},
 };
 
 /* Prepare every statement of stmts[] on the new connection. */
@@ -1881,38 +1879,12 @@ reply(const Job *job, bool ok, const char *error)
 static void
 process_job(Job *job)
 {
-	char	   *fetched = NULL;
 	const char *payload = job->payload;
 	char	   *error = NULL;
 	bool		ok;
 
 	verbose("job %s (execution %s, attempt %d): start",
 			job->job_id ? job->job_id : "?", job->execution_id, job->attempt);
-
-	if (payload == NULL)
-	{
-		const char *params[1] = {job->execution_id};
-		PGresult   *res = query(STMT_PAYLOAD, params, true);
-
-		if (res == NULL)
-		{
-			/* not a connection problem (or we gave up on it): report it if we can */
-			if (!connection_lost())
-				reply(job, false, "consumer error: could not read the payload (vq_job_payload failed)");
-			return;
-		}
-		if (PQntuples(res) != 1 || PQgetisnull(res, 0, 0))
-		{
-			PQclear(res);
-			logmsg("job %s (execution %s): payload not available (vq_job_payload returned NULL)",
-				   job->job_id ? job->job_id : "?", job->execution_id);
-			reply(job, false, "consumer error: payload not available (vq_job_payload returned NULL)");
-			return;
-		}
-		fetched = xstrndup(PQgetvalue(res, 0, 0), (size_t) PQgetlength(res, 0, 0));
-		PQclear(res);
-		payload = fetched;
-	}
 
 	if (opt.coprocess)
 		ok = coprocess_run(job, payload, &error);
@@ -1926,7 +1898,6 @@ process_job(Job *job)
 				job->job_id ? job->job_id : "?", job->execution_id, job->attempt, error);
 	reply(job, ok, error);
 	free(error);
-	free(fetched);
 }
 
 /*

@@ -484,12 +484,12 @@ BEGIN
 END
 $$;
 
--- Stop claiming from a queue (jobs already running finish), or start again.
 -- Wake the executors when the calling transaction commits (it made jobs due without enqueuing).
 CREATE FUNCTION vq.wake_executors() RETURNS void
     LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'vq_wake_executors';
 REVOKE ALL ON FUNCTION vq.wake_executors() FROM PUBLIC;
 
+-- Stop claiming from a queue (jobs already running finish), or start again.
 CREATE FUNCTION vq_pause_queue(name text) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp

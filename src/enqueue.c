@@ -188,15 +188,22 @@ vq_wake_executors(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
-/* Remember that this transaction made a job due at scheduled_at: wake the workers at commit. */
-void
+/*
+ * Remember that this transaction made a job due at scheduled_at: wake the
+ * workers at commit. Returns whether the job is due now.
+ */
+bool
 VqNoteJobDue(TimestampTz scheduled_at)
 {
 	RegisterEnqueueCallbacks();
 	if (scheduled_at <= GetCurrentTimestamp())
+	{
 		wake_due_at_commit = true;
-	else if (scheduled_at < next_due_at_commit)
+		return true;
+	}
+	if (scheduled_at < next_due_at_commit)
 		next_due_at_commit = scheduled_at;
+	return false;
 }
 
 /*
@@ -206,9 +213,8 @@ VqNoteJobDue(TimestampTz scheduled_at)
 static void
 NoteQueueDue(VqQueue *queue, TimestampTz scheduled_at)
 {
-	VqNoteJobDue(scheduled_at);
-	if (scheduled_at <= GetCurrentTimestamp())
-		due_queue_at_commit = VqQueueHash(queue->name);
+	if (VqNoteJobDue(scheduled_at))
+		due_queue_at_commit = queue->wake_hint;
 }
 
 /* Is this error worth retrying the whole transaction for? */

@@ -15,7 +15,7 @@
 extern void VqNoteOutboxDue(TimestampTz scheduled_at);
 
 /* Remember that this transaction made a job due at scheduled_at: wake the workers at commit. */
-extern void VqNoteJobDue(TimestampTz scheduled_at);
+extern bool VqNoteJobDue(TimestampTz scheduled_at);
 
 /* The enqueuing role must have EXECUTE on a function handler's function. */
 extern void VqCheckEnqueuePrivilege(VqHandler *handler, Oid role);

@@ -86,7 +86,6 @@ static int	my_index = 0;
 typedef struct QueuePoll
 {
 	char		name[VQ_NAME_MAX + 1];	/* hash key */
-	uint32		hint;			/* VqQueueHash(name), to match the wake-up's due_queue_hint */
 	int			delay_ms;		/* current interval: base, doubled while empty */
 	TimestampTz next_poll;
 	bool		seen;
@@ -318,7 +317,6 @@ SyncQueuePolls(VqRegistry *registry, TimestampTz now)
 		p = hash_search(queue_polls, q->name, HASH_ENTER, &found);
 		if (!found)
 		{
-			p->hint = VqQueueHash(p->name);
 			p->delay_ms = q->sleep_delay_ms;
 			p->next_poll = now;
 		}
@@ -627,7 +625,7 @@ PollCycle(void)
 
 		for (int k = 0; hint != 0 && k < nqueues; k++)
 		{
-			if (order[k]->hint == hint)
+			if (VqQueueHash(order[k]->name) == hint)
 			{
 				/* swap it into the slot the rotation visits first */
 				int			first = queue_rotation % nqueues;
@@ -677,9 +675,9 @@ PollCycle(void)
 			continue;
 		}
 		jobs = ClaimJobs(queue, room, now);
+		Reschedule(poll, queue, jobs != NIL, now);
 		if (jobs == NIL)
 		{
-			Reschedule(poll, queue, false, now);
 			SetClaimed(0, false);
 			continue;
 		}
@@ -690,7 +688,6 @@ PollCycle(void)
 			VqWakeDatabase(VqMyDatabase, true, 0, 0);
 		visible = RunBatch(jobs, queue, &ran_jobs);
 		visible_queue = queue;
-		Reschedule(poll, queue, true, now);
 	}
 
 	/*
@@ -801,7 +798,7 @@ vq_executor_main(Datum arg)
 	while (!ShutdownRequestPending)
 	{
 		uint64		wake_count;
-		bool		again;
+		bool		claimed;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -830,7 +827,7 @@ vq_executor_main(Datum arg)
 			relay_next_poll = GetCurrentTimestamp();
 		}
 
-		again = PollCycle();	/* exits the process if the extension is gone */
+		claimed = PollCycle();	/* exits the process if the extension is gone */
 		/* a background worker reports its table statistics itself (autovacuum depends on them) */
 		pgstat_report_stat(false);
 
@@ -840,7 +837,7 @@ vq_executor_main(Datum arg)
 			VqRunRetention();
 			last_retention = GetCurrentTimestamp();
 		}
-		if (again)
+		if (claimed)
 			continue;
 
 		/* announce the sleep, then look once more at what a waker would have changed */

@@ -106,9 +106,9 @@ PersistOneCompleted(VqJob *job, VqOutcome *o, TimestampTz now)
 		  values, nulls);
 }
 
-/* Mark jobs COMPLETED (set-based), one COMPLETED transition each. */
-void
-VqPersistCompleted(List *jobs, List *outcomes, TimestampTz now)
+/* Mark several jobs COMPLETED in one set-based statement, one COMPLETED transition each. */
+static void
+PersistManyCompleted(List *jobs, List *outcomes, TimestampTz now)
 {
 	int			n = list_length(jobs);
 	Datum	   *ids = palloc(sizeof(Datum) * n);
@@ -121,11 +121,6 @@ VqPersistCompleted(List *jobs, List *outcomes, TimestampTz now)
 	int			i = 0;
 	ListCell   *lc;
 
-	if (n == 1)
-	{
-		PersistOneCompleted(linitial(jobs), linitial(outcomes), now);
-		return;
-	}
 	foreach(lc, jobs)
 	{
 		VqJob	   *job = lfirst(lc);
@@ -165,6 +160,16 @@ VqPersistCompleted(List *jobs, List *outcomes, TimestampTz now)
 			   7, (Oid[]) {UUIDARRAYOID, TIMESTAMPTZOID, TEXTARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID,
 			   TIMESTAMPTZARRAYOID}),
 		  values, NULL);
+}
+
+/* Mark jobs COMPLETED, one COMPLETED transition each. */
+void
+VqPersistCompleted(List *jobs, List *outcomes, TimestampTz now)
+{
+	if (list_length(jobs) == 1)
+		PersistOneCompleted(linitial(jobs), linitial(outcomes), now);
+	else
+		PersistManyCompleted(jobs, outcomes, now);
 }
 
 /*

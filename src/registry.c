@@ -27,6 +27,7 @@
 #include "utils/snapmgr.h"
 
 #include "registry.h"
+#include "shmem.h"
 #include "spi_util.h"
 
 PG_FUNCTION_INFO_V1(vq_registry_changed);
@@ -165,6 +166,7 @@ LoadQueues(VqRegistry *reg)
 		q->instances = GetInt32(tup, desc, 7);
 		q->paused = GetBool(tup, desc, 8);
 		q->name_datum = RegistryText(name);
+		q->wake_hint = VqQueueHash(name);
 	}
 }
 

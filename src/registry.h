@@ -21,6 +21,7 @@ typedef struct VqQueue
 	int32		instances;
 	bool		paused;
 	Datum		name_datum;		/* text, for SPI parameters */
+	uint32		wake_hint;		/* VqQueueHash(name): names it in a wake-up */
 } VqQueue;
 
 typedef struct VqHandler
