@@ -164,14 +164,15 @@ Reply(FunctionCallInfo fcinfo, const char *error, int attempt_arg)
 		/* the reply frees the queue's capacity: let the executors announce the next job at commit */
 		VqNoteJobDue(GetCurrentTimestamp());
 	}
-	SPI_finish();
-	VqRestoreUser(&saved);
-
+	/* (ignored lives in SPI memory: report it before SPI_finish frees it) */
 	if (ignored != NULL)
 		ereport(WARNING,
 				(errcode(ERRCODE_VQ_REPLY_IGNORED),
-				 errmsg("reply for job %s ignored: %s",
-						DatumGetCString(DirectFunctionCall1(uuid_out, UUIDPGetDatum(id))), ignored)));
+				 errmsg("reply ignored: %s", ignored),
+				 errdetail("The reply was for job %s.",
+						   DatumGetCString(DirectFunctionCall1(uuid_out, UUIDPGetDatum(id))))));
+	SPI_finish();
+	VqRestoreUser(&saved);
 	return accepted;
 }
 

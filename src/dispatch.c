@@ -52,16 +52,25 @@
 /* How often the watch timer looks at the clock while a handler runs. */
 #define WATCH_INTERVAL_MS 50
 
-/* A resolved function address. */
+/*
+ * A resolved function address. What fmgr_info read from pg_proc (strictness,
+ * SECURITY DEFINER, the language handler) is only valid until the function
+ * changes: a pg_proc invalidation moves functions_generation on (see
+ * HandlerFunctionsChanged), which makes every entry stale, and the next job
+ * resolves it again.
+ */
 typedef struct HandlerFunction
 {
 	char		address[NAMEDATALEN * 4 + 64];	/* hash key */
+	uint64		resolved_at;	/* functions_generation when resolved (0: never) */
 	Oid			fn;
 	int			nargs;
 	FmgrInfo	flinfo;
+	MemoryContext mcxt;			/* what fmgr_info allocated for flinfo */
 } HandlerFunction;
 
 static HTAB *functions = NULL;
+static uint64 functions_generation = 1;
 static TimeoutId watch_timeout;
 static Oid	job_context_type = InvalidOid;
 
@@ -135,6 +144,17 @@ VqWatchEnd(bool returned_normally)
 		QueryCancelPending = false;
 }
 
+/*
+ * Syscache callback: a function changed (ALTER FUNCTION, CREATE OR REPLACE,
+ * DROP, a new owner). Which one is not worth finding out: every cached
+ * handler function becomes stale. No catalog access is allowed here.
+ */
+static void
+HandlerFunctionsChanged(Datum arg, int cacheid, uint32 hashvalue)
+{
+	functions_generation++;
+}
+
 /* Set up the function cache and the watch timer (once per executor). */
 void
 VqDispatchInit(void)
@@ -144,6 +164,7 @@ VqDispatchInit(void)
 	ctl.keysize = sizeof(((HandlerFunction *) 0)->address);
 	ctl.entrysize = sizeof(HandlerFunction);
 	functions = hash_create("vq_job handler functions", 64, &ctl, HASH_ELEM | HASH_STRINGS);
+	CacheRegisterSyscacheCallback(PROCOID, HandlerFunctionsChanged, (Datum) 0);
 	watch_timeout = RegisterTimeout(USER_TIMEOUT, JobWatch);
 }
 
@@ -164,28 +185,34 @@ ResolveFunction(const char *address)
 	HandlerFunction *hf;
 	bool		found;
 	HeapTuple	proctup;
+	uint64		generation;
 
 	if (strlen(address) >= sizeof(hf->address))
 		ereport(ERROR, (errmsg("handler address is too long: %s", address)));
 	hf = hash_search(functions, address, HASH_ENTER, &found);
-	if (found && SearchSysCacheExists1(PROCOID, ObjectIdGetDatum(hf->fn)))
+	if (found && hf->resolved_at == functions_generation)
 		return hf;
+	if (!found)
+		hf->mcxt = AllocSetContextCreate(TopMemoryContext, "vq_job handler function",
+										 ALLOCSET_SMALL_SIZES);
+	MemoryContextReset(hf->mcxt);
+	hf->resolved_at = 0;
+	generation = functions_generation;
 
-	/* new, or its function was dropped (maybe re-created under the same signature) */
+	/* new, changed, or dropped (maybe re-created under the same signature) */
 	hf->fn = DatumGetObjectId(DirectFunctionCall1(to_regprocedure, CStringGetTextDatum(address)));
 	if (!OidIsValid(hf->fn))
-	{
-		hash_search(functions, address, HASH_REMOVE, NULL);
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_FUNCTION),
 				 errmsg("handler function %s does not exist", address)));
-	}
 	proctup = SearchSysCache1(PROCOID, ObjectIdGetDatum(hf->fn));
 	if (!HeapTupleIsValid(proctup))
 		elog(ERROR, "cache lookup failed for function %u", hf->fn);
 	hf->nargs = ((Form_pg_proc) GETSTRUCT(proctup))->pronargs;
 	ReleaseSysCache(proctup);
-	fmgr_info_cxt(hf->fn, &hf->flinfo, TopMemoryContext);
+	fmgr_info_cxt(hf->fn, &hf->flinfo, hf->mcxt);
+	/* (an invalidation read while resolving leaves it stale: it is resolved again next time) */
+	hf->resolved_at = generation;
 	return hf;
 }
 

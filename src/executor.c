@@ -509,6 +509,81 @@ RunBatch(List *jobs, VqQueue *queue, bool *ran_jobs)
 }
 
 /*
+ * The extension was dropped (or never installed): record it for the launcher
+ * and exit, unless a CREATE EXTENSION committed meanwhile (then return).
+ * Called in a transaction, which it ends.
+ */
+static void
+ExitUnlessReinstalled(void)
+{
+	VqCommitTransaction();
+	SetDatabaseState(VQ_DB_NO_EXTENSION);
+
+	/*
+	 * Look once more: a CREATE EXTENSION committed between the check and the
+	 * state change woke the launcher too early to be noticed.
+	 */
+	StartTransactionCommand();
+	if (OidIsValid(get_extension_oid("vq_job", true)))
+	{
+		CommitTransactionCommand();
+		SetDatabaseState(VQ_DB_STARTING);
+		return;
+	}
+	CommitTransactionCommand();
+	ereport(LOG, (errmsg("vq_job executor %d: extension vq_job is not installed in this database; exiting",
+						 my_index)));
+	proc_exit(0);
+}
+
+/*
+ * Between claims, in a short transaction of its own when any is due: make
+ * sure the extension is still there (DROP EXTENSION also flags it), abandon
+ * jobs of dead executors, save the live progress of running jobs. Its own
+ * transaction, so that the rows it touches are not held through a batch.
+ * Returns false when the cycle should claim nothing (the extension was gone).
+ */
+static bool
+Housekeeping(TimestampTz now)
+{
+	bool		check = VqMyExecutorSlot->check_extension ||
+		TimestampDifferenceExceeds(last_extension_check, now, EXTENSION_CHECK_INTERVAL_MS);
+	bool		rescue = TimestampDifferenceExceeds(last_rescue, now, RESCUE_INTERVAL_MS);
+	bool		flush = vq_progress_flush_interval_ms > 0 &&
+		TimestampDifferenceExceeds(last_progress_flush, now, vq_progress_flush_interval_ms);
+
+	if (!check && !rescue && !flush)
+		return true;
+	VqBeginTransaction();
+	if (check && !ExtensionStillThere(now))
+	{
+		ExitUnlessReinstalled();
+		return false;
+	}
+	if (my_index == 0 && VqMyDatabaseSlot->state != VQ_DB_ACTIVE)
+	{
+		SetDatabaseState(VQ_DB_ACTIVE);
+		VqWakeLauncher();		/* start the other executors */
+	}
+	if (rescue)
+	{
+		VqRegistry *registry = VqRegistryPin();
+
+		if (VqRescueOrphans(registry, now) > 0)
+			PollAllNow(now);
+		VqRegistryRelease(registry);
+		last_rescue = now;
+	}
+	if (flush)
+	{
+		VqFlushProgress();
+		last_progress_flush = now;
+	}
+	VqCommitTransaction();
+	return true;
+}
+
+/*
  * One poll cycle: check the extension, rescue orphans (executor 0), then
  * claim from the first queue (in rotating order) that is due for a poll and
  * has work, and run what was claimed. Returns true if any job was claimed.
@@ -530,53 +605,9 @@ PollCycle(void)
 	int			i = 0;
 
 	MemoryContextReset(cycle_context);
+	if (!Housekeeping(now))
+		return false;
 	VqBeginTransaction();
-
-	/* the extension can only go away by DROP EXTENSION, which flags it; look anyway once a second */
-	if ((VqMyExecutorSlot->check_extension ||
-		 TimestampDifferenceExceeds(last_extension_check, now, EXTENSION_CHECK_INTERVAL_MS)) &&
-		!ExtensionStillThere(now))
-	{
-		VqCommitTransaction();
-		SetDatabaseState(VQ_DB_NO_EXTENSION);
-
-		/*
-		 * Look once more: a CREATE EXTENSION committed between the check and
-		 * the state change woke the launcher too early to be noticed.
-		 */
-		StartTransactionCommand();
-		if (OidIsValid(get_extension_oid("vq_job", true)))
-		{
-			CommitTransactionCommand();
-			SetDatabaseState(VQ_DB_STARTING);
-			return false;
-		}
-		CommitTransactionCommand();
-		ereport(LOG, (errmsg("vq_job executor %d: extension vq_job is not installed in this database; exiting",
-							 my_index)));
-		proc_exit(0);
-	}
-	if (my_index == 0 && VqMyDatabaseSlot->state != VQ_DB_ACTIVE)
-	{
-		SetDatabaseState(VQ_DB_ACTIVE);
-		VqWakeLauncher();		/* start the other executors */
-	}
-
-	if (TimestampDifferenceExceeds(last_rescue, now, RESCUE_INTERVAL_MS))
-	{
-		int			rescued = VqRescueOrphans(now);
-
-		last_rescue = now;
-		if (rescued > 0)
-			PollAllNow(now);
-	}
-
-	if (vq_progress_flush_interval_ms > 0 &&
-		TimestampDifferenceExceeds(last_progress_flush, now, vq_progress_flush_interval_ms))
-	{
-		VqFlushProgress();
-		last_progress_flush = now;
-	}
 
 	/* A known due time has passed: everything is worth a look, and the next one must be found. */
 	next_due = (TimestampTz) pg_atomic_read_u64(&VqMyDatabaseSlot->next_due);
@@ -589,7 +620,8 @@ PollCycle(void)
 		startup_due_checked = true;
 	}
 
-	registry = VqRegistryGet();
+	/* pinned: handlers may enqueue, and an enqueue may rebuild the registry */
+	registry = VqRegistryPin();
 	SyncQueuePolls(registry, now);
 
 	/* The outbox relay: when it delivered rows, commit them before claiming jobs. */
@@ -600,6 +632,7 @@ PollCycle(void)
 			relay_delay_ms = RELAY_POLL_BASE_MS;
 			relay_next_poll = now;
 			VqCommitTransaction();
+			VqRegistryRelease(registry);
 			return true;
 		}
 		relay_next_poll = TimestampTzPlusMilliseconds(now, relay_delay_ms);
@@ -715,6 +748,7 @@ PollCycle(void)
 		RunClaimedJob(visible, visible_queue);
 	}
 	SetClaimed(0, true);
+	VqRegistryRelease(registry);
 	return claimed;
 }
 

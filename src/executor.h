@@ -33,6 +33,7 @@ typedef struct VqJob
 	Jsonb	   *metadata;
 	Oid			enqueued_by;
 	bool		running;		/* claimed visibly: RUNNING is committed */
+	TimestampTz updated_at;		/* as read, when an outcome must find the row unchanged (else 0) */
 } VqJob;
 
 typedef enum VqOutcomeKind
@@ -72,9 +73,9 @@ extern void VqLeaveUserRole(int nestlevel, VqSavedUser *saved);
 
 /* outcome.c: each runs inside the caller's transaction, connected to SPI */
 extern void VqPersistCompleted(List *jobs, List *outcomes, TimestampTz now);
-extern void VqPersistFailure(VqJob *job, VqOutcome *outcome, VqQueue *queue, TimestampTz now);
+extern bool VqPersistFailure(VqJob *job, VqOutcome *outcome, VqQueue *queue, TimestampTz now);
 extern void VqPersistRunning(VqJob *job, bool external, TimestampTz now);
-extern int	VqRescueOrphans(TimestampTz now);
+extern int	VqRescueOrphans(VqRegistry *registry, TimestampTz now);
 extern TimestampTz VqEarliestFutureDue(TimestampTz now);
 extern void VqFlushProgress(void);
 extern int	VqExternalInFlight(VqQueue *queue);

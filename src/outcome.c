@@ -33,14 +33,15 @@ static SPIPlanPtr orphans_plan = NULL;
 static SPIPlanPtr next_due_plan = NULL;
 static SPIPlanPtr progress_plan = NULL;
 
-/* Run a kept plan that writes, expecting the given result. */
-static void
+/* Run a kept plan that writes, expecting the given result; returns the rows written. */
+static uint64
 Write(SPIPlanPtr plan, Datum *values, const char *nulls)
 {
 	int			rc = SPI_execute_plan(plan, values, nulls, false, 0);
 
 	if (rc != SPI_OK_INSERT && rc != SPI_OK_UPDATE)
 		elog(ERROR, "vq_job: writing a job outcome failed: %s", SPI_result_code_string(rc));
+	return SPI_processed;
 }
 
 /* An int8 array with NULLs where the outcome had no progress. */
@@ -174,15 +175,18 @@ VqPersistCompleted(List *jobs, List *outcomes, TimestampTz now)
 
 /*
  * Record a failure or an abandonment: re-enqueue when an attempt remains,
- * else dead-letter; one transition (FAILED or ABANDONED) either way.
+ * else dead-letter; one transition (FAILED or ABANDONED) either way. Only if
+ * the row is still as the caller saw it (its state, its attempt, and its
+ * updated_at when job->updated_at is set); returns whether it was.
  */
-void
+bool
 VqPersistFailure(VqJob *job, VqOutcome *outcome, VqQueue *queue, TimestampTz now)
 {
 	bool		retry = job->attempt_number + 1 < job->max_attempts && !outcome->permanent;
 	TimestampTz next_at = now;
-	Datum		values[10];
-	char		nulls[10] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Datum		values[11];
+	char		nulls[11] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	uint64		written;
 
 	/*
 	 * A failure waits for its backoff; an abandoned job keeps its scheduled_at,
@@ -209,24 +213,30 @@ VqPersistFailure(VqJob *job, VqOutcome *outcome, VqQueue *queue, TimestampTz now
 	values[7] = Int32GetDatum(job->attempt_number);
 	values[8] = CStringGetTextDatum(outcome->kind == VQ_OUTCOME_ABANDONED ? "ABANDONED" : "FAILED");
 	values[9] = CStringGetTextDatum(job->running ? "RUNNING" : "ENQUEUED");
+	values[10] = TimestampTzGetDatum(job->updated_at);
+	nulls[10] = job->updated_at == 0 ? 'n' : ' ';
 
-	Write(VqKeepPlan(&finish_plan,
-			   "WITH j AS ("
-			   " UPDATE vq.job SET state = $2::vq.job_state, attempt_number = $3,"
-			   "  scheduled_at = CASE WHEN $2 OPERATOR(pg_catalog.=) 'ENQUEUED' THEN coalesce($4, scheduled_at)"
-			   "   ELSE scheduled_at END,"
-			   "  last_error = $5, finished_at = $6, updated_at = $7,"
-			   "  worker_pid = NULL, worker_started_at = NULL, consumer_claimed_at = NULL"
-			   " WHERE execution_id OPERATOR(pg_catalog.=) $1 RETURNING execution_id)"
-			   " INSERT INTO vq.job_transition (execution_id, attempt_number, kind, from_state, to_state, error, at)"
-			   " SELECT execution_id, $8, $9, $10::vq.job_state, $2::vq.job_state, $5, $7 FROM j",
-			   10, (Oid[]) {UUIDOID, TEXTOID, INT4OID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID,
-			   TIMESTAMPTZOID, INT4OID, TEXTOID, TEXTOID}),
-		  values, nulls);
+	written = Write(VqKeepPlan(&finish_plan,
+						 "WITH j AS ("
+						 " UPDATE vq.job SET state = $2::vq.job_state, attempt_number = $3,"
+						 "  scheduled_at = CASE WHEN $2 OPERATOR(pg_catalog.=) 'ENQUEUED' THEN coalesce($4, scheduled_at)"
+						 "   ELSE scheduled_at END,"
+						 "  last_error = $5, finished_at = $6, updated_at = $7,"
+						 "  worker_pid = NULL, worker_started_at = NULL, consumer_claimed_at = NULL"
+						 " WHERE execution_id OPERATOR(pg_catalog.=) $1"
+						 " AND state OPERATOR(pg_catalog.=) $10::vq.job_state AND attempt_number OPERATOR(pg_catalog.=) $8"
+						 " AND ($11::pg_catalog.timestamptz IS NULL OR updated_at OPERATOR(pg_catalog.=) $11)"
+						 " RETURNING execution_id)"
+						 " INSERT INTO vq.job_transition (execution_id, attempt_number, kind, from_state, to_state, error, at)"
+						 " SELECT execution_id, $8, $9, $10::vq.job_state, $2::vq.job_state, $5, $7 FROM j",
+						 11, (Oid[]) {UUIDOID, TEXTOID, INT4OID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID,
+						 TIMESTAMPTZOID, INT4OID, TEXTOID, TEXTOID, TIMESTAMPTZOID}),
+					values, nulls);
 
 	/* the retry is a due time the executors must not sleep past */
-	if (retry)
+	if (written > 0 && retry)
 		VqNoteJobDue(next_at);
+	return written > 0;
 }
 
 /*
@@ -276,65 +286,85 @@ ExecutorAlive(int pid, TimestampTz started_at)
 	return alive;
 }
 
-/*
- * Abandon RUNNING jobs nobody is running any more: their executor is not
- * alive (it was killed, or the server crashed or stopped), or, for NOTIFY
- * jobs, no reply came within vq.execution_timeout_ms. The server knows which
- * of its processes are alive, so no heartbeat is needed. Returns the number
- * of jobs abandoned.
- */
-int
-VqRescueOrphans(TimestampTz now)
+/* A RUNNING job the rescue looks at: a copy, read without locking the row. */
+typedef struct RunningJob
 {
-	VqRegistry *registry = VqRegistryGet();
+	VqJob		job;
+	bool		external;		/* a NOTIFY job: no worker_pid */
+	int			worker_pid;
+	TimestampTz worker_started_at;
+} RunningJob;
+
+/* The RUNNING jobs that may be orphans: run by an executor, or announced longer ago than the timeout. */
+static List *
+ReadRescueCandidates(TimestampTz now)
+{
 	Datum		values[1];
-	int			abandoned = 0;
-	SPITupleTable *tuptable;
-	uint64		nrows;
+	List	   *jobs = NIL;
 
 	values[0] = TimestampTzGetDatum(vq_execution_timeout_ms > 0
 									? TimestampTzPlusMilliseconds(now, -(int64) vq_execution_timeout_ms)
 									: DT_NOBEGIN);
 	if (SPI_execute_plan(VqKeepPlan(&orphans_plan,
-							  "SELECT execution_id, attempt_number, max_attempts, queue, worker_pid, worker_started_at"
+							  "SELECT execution_id, attempt_number, max_attempts, queue, worker_pid,"
+							  " worker_started_at, updated_at"
 							  " FROM vq.job"
 							  " WHERE state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state"
 							  " AND (worker_pid IS NOT NULL"
-							  "      OR coalesce(consumer_claimed_at, started_at) OPERATOR(pg_catalog.<) $1)"
-							  " FOR UPDATE SKIP LOCKED",
+							  "      OR coalesce(consumer_claimed_at, started_at) OPERATOR(pg_catalog.<) $1)",
 							  1, (Oid[]) {TIMESTAMPTZOID}),
-						 values, NULL, false, 0) != SPI_OK_SELECT)
+						 values, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "vq_job: looking for orphaned jobs failed");
-	tuptable = SPI_tuptable;
-	nrows = SPI_processed;
-
-	for (uint64 i = 0; i < nrows; i++)
+	for (uint64 i = 0; i < SPI_processed; i++)
 	{
-		HeapTuple	tup = tuptable->vals[i];
-		TupleDesc	desc = tuptable->tupdesc;
-		bool		pid_null;
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		RunningJob *r = palloc0(sizeof(RunningJob));
 		bool		isnull;
-		int			pid = DatumGetInt32(SPI_getbinval(tup, desc, 5, &pid_null));
-		VqJob		job;
+		Datum		pid = SPI_getbinval(tup, desc, 5, &r->external);
+
+		memcpy(&r->job.execution_id, DatumGetUUIDP(SPI_getbinval(tup, desc, 1, &isnull)), sizeof(pg_uuid_t));
+		r->job.attempt_number = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
+		r->job.max_attempts = DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
+		r->job.queue = SPI_getvalue(tup, desc, 4);
+		r->job.running = true;
+		r->job.updated_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 7, &isnull));
+		r->worker_pid = r->external ? 0 : DatumGetInt32(pid);
+		r->worker_started_at = r->external ? 0 : DatumGetTimestampTz(SPI_getbinval(tup, desc, 6, &isnull));
+		jobs = lappend(jobs, r);
+	}
+	return jobs;
+}
+
+/*
+ * Abandon RUNNING jobs nobody is running any more: their executor is not
+ * alive (it was killed, or the server crashed or stopped), or, for NOTIFY
+ * jobs, no reply came within vq.execution_timeout_ms. The server knows which
+ * of its processes are alive, so no heartbeat is needed. The candidates are
+ * read without locks and only the orphans are written, each only if its row
+ * has not changed since (a live job's row is never locked here, so its own
+ * executor never waits for the rescue). Returns the number of jobs abandoned.
+ */
+int
+VqRescueOrphans(VqRegistry *registry, TimestampTz now)
+{
+	int			abandoned = 0;
+	ListCell   *lc;
+
+	foreach(lc, ReadRescueCandidates(now))
+	{
+		RunningJob *r = lfirst(lc);
 		VqOutcome	outcome;
 
-		if (!pid_null &&
-			ExecutorAlive(pid, DatumGetTimestampTz(SPI_getbinval(tup, desc, 6, &isnull))))
+		if (!r->external && ExecutorAlive(r->worker_pid, r->worker_started_at))
 			continue;
-
-		memset(&job, 0, sizeof(job));
-		memcpy(&job.execution_id, DatumGetUUIDP(SPI_getbinval(tup, desc, 1, &isnull)), sizeof(pg_uuid_t));
-		job.attempt_number = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
-		job.max_attempts = DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
-		job.queue = SPI_getvalue(tup, desc, 4);
-		job.running = true;
 		memset(&outcome, 0, sizeof(outcome));
 		outcome.kind = VQ_OUTCOME_ABANDONED;
-		outcome.error = pid_null
+		outcome.error = r->external
 			? psprintf("no reply within %d ms", vq_execution_timeout_ms)
-			: psprintf("executor process %d stopped while the job was running", pid);
-		VqPersistFailure(&job, &outcome, VqLookupQueue(registry, job.queue), now);
-		abandoned++;
+			: psprintf("executor process %d stopped while the job was running", r->worker_pid);
+		if (VqPersistFailure(&r->job, &outcome, VqLookupQueue(registry, r->job.queue), now))
+			abandoned++;
 	}
 	if (abandoned > 0)
 		ereport(LOG, (errmsg("vq_job: abandoned %d RUNNING job(s): executor stopped, or no consumer reply in time",

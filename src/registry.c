@@ -32,9 +32,16 @@
 
 PG_FUNCTION_INFO_V1(vq_registry_changed);
 
-static MemoryContext registry_context = NULL;
+/*
+ * The current copy, and whether it is still valid. Each copy lives in a
+ * memory context of its own. A stale copy is freed when the next lookup
+ * replaces it, unless someone pinned it: then the last VqRegistryRelease
+ * frees it.
+ */
 static VqRegistry *registry = NULL;
 static bool registry_valid = false;
+/* The context of the copy being built (the Load* functions allocate there). */
+static MemoryContext registry_context = NULL;
 
 /* Relations whose invalidation makes the copy stale (known once it was read). */
 #define NWATCHED 4
@@ -268,12 +275,11 @@ BuildRegistry(void)
 	Oid			save_userid;
 	int			save_sec_context;
 
-	if (registry_context == NULL)
-		registry_context = AllocSetContextCreate(CacheMemoryContext, "vq_job registry",
-												 ALLOCSET_SMALL_SIZES);
-	else
-		MemoryContextReset(registry_context);
+	/* built under the transaction's context: an error frees a half-built copy with it */
+	registry_context = AllocSetContextCreate(CurTransactionContext, "vq_job registry",
+											 ALLOCSET_SMALL_SIZES);
 	reg = MemoryContextAllocZero(registry_context, sizeof(VqRegistry));
+	reg->mcxt = registry_context;
 
 	GetUserIdAndSecContext(&save_userid, &save_sec_context);
 	SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID, save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
@@ -285,6 +291,8 @@ BuildRegistry(void)
 	LoadDestinations(reg);
 	SPI_finish();
 	SetUserIdAndSecContext(save_userid, save_sec_context);
+	MemoryContextSetParent(reg->mcxt, CacheMemoryContext);
+	registry_context = NULL;
 	return reg;
 }
 
@@ -294,12 +302,36 @@ VqRegistryGet(void)
 {
 	if (!registry_valid || registry == NULL)
 	{
+		VqRegistry *stale = registry;
+
 		registry = NULL;
+		if (stale != NULL && stale->pins == 0)
+			MemoryContextDelete(stale->mcxt);
 		/* Marked valid first: an invalidation arriving while we read marks it stale again. */
 		registry_valid = true;
 		registry = BuildRegistry();
 	}
 	return registry;
+}
+
+/* The current registry, kept alive (not freed by a rebuild) until VqRegistryRelease. */
+VqRegistry *
+VqRegistryPin(void)
+{
+	VqRegistry *reg = VqRegistryGet();
+
+	reg->pins++;
+	return reg;
+}
+
+/* Give up a pin; a registry that was replaced meanwhile is freed with its last pin. */
+void
+VqRegistryRelease(VqRegistry *reg)
+{
+	Assert(reg->pins > 0);
+	reg->pins--;
+	if (reg->pins == 0 && reg != registry)
+		MemoryContextDelete(reg->mcxt);
 }
 
 VqHandler *

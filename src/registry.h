@@ -50,6 +50,8 @@ typedef struct VqDestination
 
 typedef struct VqRegistry
 {
+	MemoryContext mcxt;			/* holds this registry and everything it points to */
+	int			pins;			/* VqRegistryPin calls not yet released */
 	Oid			owner;			/* extension owner: runs vq_job's own writes */
 	int			nhandlers;
 	VqHandler **handlers;		/* sorted by name */
@@ -65,9 +67,22 @@ extern void VqRegistryInit(void);
 
 /*
  * The current registry, rebuilt if a change was committed since it was read.
- * Pointers into it stay valid until the next call.
+ * Pointers into it stay valid until the next call of VqRegistryGet or
+ * VqRegistryPin, in this backend, which may free it. Use it within one
+ * function that runs no user code in between.
  */
 extern VqRegistry *VqRegistryGet(void);
+
+/*
+ * The current registry, pinned: a rebuild leaves it alone, and pointers into
+ * it stay valid until the matching VqRegistryRelease (which frees it if it
+ * was replaced meanwhile). For whoever keeps pointers while user code runs
+ * (a handler may enqueue, and so rebuild the registry). Pins are not released
+ * by an error: only a process that exits on error (an executor) may hold one
+ * across a call that can fail.
+ */
+extern VqRegistry *VqRegistryPin(void);
+extern void VqRegistryRelease(VqRegistry *registry);
 
 extern VqHandler *VqLookupHandler(VqRegistry *registry, const char *name);
 extern VqQueue *VqLookupQueue(VqRegistry *registry, const char *name);

@@ -151,14 +151,15 @@ again_fail=false
 final=COMPLETED/1" "$(cat "$TMPD/reply.out")" "late replies, then pull + reply for attempt 1, then repeated replies"
 warnings="$(grep '^WARNING:' "$TMPD/reply.err" || true)"
 assert_eq 4 "$(grep -c . <<<"$warnings")" "WARNING lines of the ignored replies (stderr: $(cat "$TMPD/reply.err"))"
+assert_eq 4 "$(grep -c "^DETAIL:  The reply was for job $L\.\$" "$TMPD/reply.err")" "DETAIL lines naming the job of the ignored replies"
 for i in 1 2; do
     w="$(sed -n "${i}p" <<<"$warnings")"
-    [[ "$w" == "WARNING:  VQ011: reply for job $L ignored: "*"attempt 0"*"attempt 1"* ]] ||
+    [[ "$w" == "WARNING:  VQ011: reply ignored: "*"attempt 0"*"attempt 1"* ]] ||
         fail "late reply $i: expected a VQ011 WARNING naming attempt 0 and the job's attempt 1, got [$w]"
 done
 for i in 3 4; do
     w="$(sed -n "${i}p" <<<"$warnings")"
-    [[ "$w" == "WARNING:  VQ011: reply for job $L ignored: "*COMPLETED* ]] ||
+    [[ "$w" == "WARNING:  VQ011: reply ignored: "*COMPLETED* ]] ||
         fail "repeated reply $((i - 2)): expected a VQ011 WARNING saying the job is COMPLETED, got [$w]"
 done
 EXPECT_HISTORY="CLAIMED:0:ENQUEUED>RUNNING,ABANDONED:0:RUNNING>ENQUEUED,CLAIMED:1:ENQUEUED>RUNNING,COMPLETED:1:RUNNING>COMPLETED"

@@ -46,8 +46,13 @@ SELECT vq_job_payload(:'id1');
 -- Completed: one COMPLETED transition; a second reply and a late take are ignored.
 SELECT vq_complete(:'id1', 0);
 SELECT state, attempt_number, finished_at IS NOT NULL AS finished FROM vq.job WHERE execution_id = :'id1';
+-- (the WARNING says why; its DETAIL names the job)
+SET client_min_messages = warning;
+\set VERBOSITY terse
 SELECT vq_complete(:'id1', 0);
 SELECT vq_fail(:'id1', 'too late', 0);
+\set VERBOSITY default
+SET client_min_messages = error;
 SELECT count(*) AS taken_after FROM vq_take(:'id1');
 SELECT string_agg(kind || ':' || attempt_number, ',' ORDER BY at, kind) AS history
   FROM vq.job_transition WHERE execution_id = :'id1';
