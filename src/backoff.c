@@ -1,5 +1,5 @@
 /*
- * backoff.c: the seed's backoff table and its SQL face vq_backoff_delay().
+ * backoff.c: the backoff table (delay before a retry) and its SQL face vq_backoff_delay().
  *
  *   FIXED        base
  *   LINEAR       min(base * (n + 1), max)

@@ -28,10 +28,13 @@
 #include "utils/uuid.h"
 
 #include "enqueue.h"
-#include "executor.h"
+#include "job.h"
+#include "outcome.h"
 #include "spi_util.h"
 #include "registry.h"
+#include "roles.h"
 #include "vq_job.h"
+#include "wakeup.h"
 
 PG_FUNCTION_INFO_V1(vq_complete);
 PG_FUNCTION_INFO_V1(vq_fail);
@@ -127,7 +130,7 @@ Reply(FunctionCallInfo fcinfo, const char *error, int attempt_arg)
 				 errmsg("execution_id must not be null")));
 	id = PG_GETARG_UUID_P(0);
 
-	VqBecomeOwner(registry, &saved);
+	VqBecomeOwner(registry->owner, &saved);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "vq_job: SPI_connect failed");
 	job = LoadJobForConsumer(id, caller, &state, &external);
@@ -162,7 +165,7 @@ Reply(FunctionCallInfo fcinfo, const char *error, int attempt_arg)
 		}
 		accepted = true;
 		/* the reply frees the queue's capacity: let the executors announce the next job at commit */
-		VqNoteJobDue(GetCurrentTimestamp());
+		(void) VqWakeForJobAtCommit(GetCurrentTimestamp(), 0);
 	}
 	/* (ignored lives in SPI memory: report it before SPI_finish frees it) */
 	if (ignored != NULL)
@@ -240,7 +243,7 @@ vq_pull(PG_FUNCTION_ARGS)
 
 	store = VqMaterializeResult(fcinfo, &desc);
 
-	VqBecomeOwner(registry, &saved);
+	VqBecomeOwner(registry->owner, &saved);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "vq_job: SPI_connect failed");
 	values[0] = handler->name_datum;
@@ -311,7 +314,7 @@ vq_take(PG_FUNCTION_ARGS)
 
 	store = VqMaterializeResult(fcinfo, &desc);
 	registry = VqRegistryGet();
-	VqBecomeOwner(registry, &saved);
+	VqBecomeOwner(registry->owner, &saved);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "vq_job: SPI_connect failed");
 	if (SPI_execute_plan(VqKeepPlan(&take_plan,
@@ -356,7 +359,7 @@ vq_job_payload(PG_FUNCTION_ARGS)
 	Datum		result = (Datum) 0;
 	bool		isnull = true;
 
-	VqBecomeOwner(registry, &saved);
+	VqBecomeOwner(registry->owner, &saved);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "vq_job: SPI_connect failed");
 	if (SPI_execute_plan(VqKeepPlan(&payload_plan,

@@ -11,9 +11,12 @@
  *  - with search_path = vq.handler_search_path (plus pg_temp last), at a GUC
  *    nest level that ends with the job, where vq.context holds the job's
  *    metadata so jobs it enqueues inherit it;
- *  - under a watch timer that cancels it when vq.execution_timeout_ms passes,
- *    or when a shutdown has waited vq.shutdown_grace_ms for it (the job is
- *    then ABANDONED, with its logs, and the executor exits after committing).
+ *  - under one timeout, armed for vq.execution_timeout_ms, that cancels it
+ *    (the job is then ABANDONED, with its logs). When the executor is being
+ *    stopped, the launcher cancels the handler once vq.shutdown_grace_ms has
+ *    passed (SIGINT); the job is then ABANDONED too, and the executor exits
+ *    after committing. Outside user code, a cancel is ignored: it is meant
+ *    for the handler, never for vq_job's own bookkeeping.
  *
  * A NOTIFY handler's job is committed as RUNNING (with no executor: only its
  * reply or the timeout ends it) and announced with pg_notify on the channel.
@@ -30,6 +33,7 @@
 #include "miscadmin.h"
 #include "postmaster/interrupt.h"
 #include "storage/latch.h"
+#include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/hsearch.h"
@@ -46,11 +50,12 @@
 
 #include "compat.h"
 #include "context.h"
+#include "dispatch.h"
 #include "executor.h"
+#include "jobapi.h"
+#include "outcome.h"
+#include "roles.h"
 #include "vq_job.h"
-
-/* How often the watch timer looks at the clock while a handler runs. */
-#define WATCH_INTERVAL_MS 50
 
 /*
  * A resolved function address. What fmgr_info read from pg_proc (strictness,
@@ -74,73 +79,51 @@ static uint64 functions_generation = 1;
 static TimeoutId watch_timeout;
 static Oid	job_context_type = InvalidOid;
 
-/* A handler that ignores the cancel this long after the shutdown grace ends its process. */
-#define SHUTDOWN_KILL_AFTER_MS 2000
-
-/* Watch state, read by the timer (signal context). */
-static volatile TimestampTz job_deadline = 0;
-static volatile TimestampTz shutdown_deadline = 0;
+/* Set while user code runs; read by the signal handler and the timeout. */
+static volatile sig_atomic_t in_user_code = false;
+/* The execution timeout fired for the user code running now. */
 static volatile sig_atomic_t job_timed_out = false;
-static volatile sig_atomic_t job_cut_by_shutdown = false;
 
-/*
- * The watch timer: cancel a handler that overran its execution time, or that
- * a shutdown has waited vq.shutdown_grace_ms for (either way the job is
- * ABANDONED, its logs written, and the outcome committed). A handler that does
- * not react to the cancel ends the process a little later; its job is then
- * rescued at the next start.
- */
+/* The execution timeout: cancel the user code that overran it. */
 static void
-JobWatch(void)
+ExecutionTimeoutReached(void)
 {
-	TimestampTz now = GetCurrentTimestamp();
-
-	if (job_deadline != 0 && now >= job_deadline && !job_timed_out)
+	if (in_user_code)
 	{
 		job_timed_out = true;
 		InterruptPending = true;
 		QueryCancelPending = true;
 	}
-	if (ShutdownRequestPending)
-	{
-		if (shutdown_deadline == 0)
-			shutdown_deadline = TimestampTzPlusMilliseconds(now, vq_shutdown_grace_ms);
-		else if (now >= TimestampTzPlusMilliseconds(shutdown_deadline, SHUTDOWN_KILL_AFTER_MS))
-		{
-			InterruptPending = true;
-			ProcDiePending = true;
-		}
-		else if (now >= shutdown_deadline && !job_cut_by_shutdown)
-		{
-			job_cut_by_shutdown = true;
-			InterruptPending = true;
-			QueryCancelPending = true;
-		}
-	}
 	SetLatch(MyLatch);
 }
 
-/* Arm the watch timer around user code (a handler, a destination function). */
+/* SIGINT: cancel the user code running now (a cancel outside user code is ignored). */
+static void
+CancelUserCode(SIGNAL_ARGS)
+{
+	if (in_user_code)
+		StatementCancelHandler(postgres_signal_arg);
+	else
+		SetLatch(MyLatch);
+}
+
+/* Arm the execution timeout around user code (a handler, a destination function). */
 void
 VqWatchBegin(void)
 {
-	TimestampTz start = GetCurrentTimestamp();
-
 	job_timed_out = false;
-	job_cut_by_shutdown = false;
-	job_deadline = vq_execution_timeout_ms > 0
-		? TimestampTzPlusMilliseconds(start, vq_execution_timeout_ms) : 0;
-	enable_timeout_every(watch_timeout, TimestampTzPlusMilliseconds(start, WATCH_INTERVAL_MS),
-						 WATCH_INTERVAL_MS);
+	in_user_code = true;
+	if (vq_execution_timeout_ms > 0)
+		enable_timeout_after(watch_timeout, vq_execution_timeout_ms);
 }
 
-/* Disarm it; when the user code returned normally, a cancel the timer raised too late is dropped. */
+/* Disarm it; when the user code returned normally, a cancel that came too late is dropped. */
 void
 VqWatchEnd(bool returned_normally)
 {
+	in_user_code = false;
 	disable_timeout(watch_timeout, false);
-	job_deadline = 0;
-	if ((job_timed_out || job_cut_by_shutdown) && returned_normally)
+	if (returned_normally)
 		QueryCancelPending = false;
 }
 
@@ -155,7 +138,7 @@ HandlerFunctionsChanged(Datum arg, int cacheid, uint32 hashvalue)
 	functions_generation++;
 }
 
-/* Set up the function cache and the watch timer (once per executor). */
+/* Set up the function cache, the execution timeout and the cancel signal (once per executor). */
 void
 VqDispatchInit(void)
 {
@@ -165,7 +148,8 @@ VqDispatchInit(void)
 	ctl.entrysize = sizeof(HandlerFunction);
 	functions = hash_create("vq_job handler functions", 64, &ctl, HASH_ELEM | HASH_STRINGS);
 	CacheRegisterSyscacheCallback(PROCOID, HandlerFunctionsChanged, (Datum) 0);
-	watch_timeout = RegisterTimeout(USER_TIMEOUT, JobWatch);
+	watch_timeout = RegisterTimeout(USER_TIMEOUT, ExecutionTimeoutReached);
+	pqsignal(SIGINT, CancelUserCode);
 }
 
 /* The OID of type vq.job_context (looked up once). */
@@ -250,32 +234,6 @@ CheckRunPrivileges(VqJob *job, HandlerFunction *hf)
 						GetUserNameFromId(job->enqueued_by, false), job->address)));
 }
 
-/*
- * Run user code as role: SECURITY_RESTRICTED_OPERATION (no role change, no
- * temporary objects that outlive it), at a new GUC nest level with search_path
- * = vq.handler_search_path + pg_temp. Returns the nest level for VqLeaveUserRole.
- */
-int
-VqEnterUserRole(Oid role, VqSavedUser *saved)
-{
-	int			nestlevel;
-
-	GetUserIdAndSecContext(&saved->userid, &saved->sec_context);
-	SetUserIdAndSecContext(role, saved->sec_context | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
-	nestlevel = NewGUCNestLevel();
-	(void) set_config_option("search_path", psprintf("%s, pg_temp", vq_handler_search_path),
-							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
-	return nestlevel;
-}
-
-/* Back from user code: whatever it SET (even without LOCAL) ends with it; restore the user. */
-void
-VqLeaveUserRole(int nestlevel, VqSavedUser *saved)
-{
-	AtEOXact_GUC(false, nestlevel);
-	SetUserIdAndSecContext(saved->userid, saved->sec_context);
-}
-
 /* Call the handler (inside the subtransaction, as the enqueuing role). */
 static void
 CallHandler(VqJob *job, HandlerFunction *hf)
@@ -340,7 +298,6 @@ VqRunFunctionHandler(VqJob *job, VqOutcome *outcome)
 	{
 		HandlerFunction *hf;
 		VqSavedUser as_user;
-		int			nestlevel;
 
 		/*
 		 * The claim may have taken no new lock, so catalog changes committed
@@ -351,9 +308,9 @@ VqRunFunctionHandler(VqJob *job, VqOutcome *outcome)
 		hf = ResolveFunction(job->address);
 
 		CheckRunPrivileges(job, hf);
-		nestlevel = VqEnterUserRole(job->enqueued_by, &as_user);
+		VqEnterUserCode(job->enqueued_by, &as_user);
 		CallHandler(job, hf);
-		VqLeaveUserRole(nestlevel, &as_user);
+		VqLeaveUserCode(&as_user);
 
 		outcome->wrote = TransactionIdIsValid(GetCurrentTransactionIdIfAny());
 		ReleaseCurrentSubTransaction();
@@ -378,7 +335,7 @@ VqRunFunctionHandler(VqJob *job, VqOutcome *outcome)
 			outcome->kind = VQ_OUTCOME_ABANDONED;
 			outcome->error = psprintf("execution timed out after %d ms", vq_execution_timeout_ms);
 		}
-		else if (job_cut_by_shutdown && edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
+		else if (ShutdownRequestPending && edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
 		{
 			outcome->kind = VQ_OUTCOME_ABANDONED;
 			outcome->error = psprintf("executor shutting down: handler still running after vq.shutdown_grace_ms (%d ms)",

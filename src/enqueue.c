@@ -11,8 +11,8 @@
  * the first inserter and then return its execution_id.
  *
  * When the transaction commits, the database's workers are woken (due jobs)
- * or told the earliest future due time, from an end-of-transaction callback:
- * nothing happens on rollback and nothing before the commit is visible.
+ * or told the earliest future due time (wakeup.c): nothing happens on
+ * rollback and nothing before the commit is visible.
  */
 #include "postgres.h"
 
@@ -36,11 +36,12 @@
 #include "context.h"
 #include "enqueue.h"
 #include "registry.h"
+#include "roles.h"
 #include "shmem.h"
 #include "spi_util.h"
 #include "vq_job.h"
+#include "wakeup.h"
 
-PG_FUNCTION_INFO_V1(vq_wake_executors);
 PG_FUNCTION_INFO_V1(vq_enqueue);
 PG_FUNCTION_INFO_V1(vq_enqueue_in);
 PG_FUNCTION_INFO_V1(vq_enqueue_many);
@@ -102,120 +103,6 @@ static SPIPlanPtr insert_many_plan = NULL;
 static SPIPlanPtr insert_many_idempotent_plan = NULL;
 static SPIPlanPtr holder_one_plan = NULL;
 static SPIPlanPtr holder_many_plan = NULL;
-
-/* What this transaction enqueued, for the wake-up at commit. */
-static bool xact_callback_registered = false;
-static bool wake_due_at_commit = false;
-static uint32 due_queue_at_commit = 0;	/* VqQueueHash of the last queue given due jobs */
-static bool wake_relay_at_commit = false;
-static TimestampTz next_due_at_commit = VQ_NO_NEXT_DUE;
-
-/* Forget what this transaction enqueued (abort, or PREPARE: the next poll finds those jobs). */
-static void
-EnqueueXactCallback(XactEvent event, void *arg)
-{
-	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT || event == XACT_EVENT_PREPARE)
-	{
-		wake_due_at_commit = false;
-		due_queue_at_commit = 0;
-		wake_relay_at_commit = false;
-		next_due_at_commit = VQ_NO_NEXT_DUE;
-	}
-}
-
-/*
- * After a commit, wake the workers. This runs in the last resource-release
- * phase of the top-level commit rather than in the XACT_EVENT_COMMIT
- * callback, because PostgreSQL sends the transaction's catalog invalidations
- * (a REVOKE, a replaced handler) between the two: a worker woken earlier
- * could claim the job and still see the old catalog. Locks are released by
- * then too, so the worker never waits on ours.
- */
-static void
-EnqueueReleaseCallback(ResourceReleasePhase phase, bool isCommit, bool isTopLevel, void *arg)
-{
-	if (phase != RESOURCE_RELEASE_AFTER_LOCKS || !isTopLevel)
-		return;
-	if (isCommit)
-	{
-		if (wake_due_at_commit)
-			VqWakeDatabase(MyDatabaseId, true, 0, due_queue_at_commit);
-		if (next_due_at_commit != VQ_NO_NEXT_DUE)
-			VqWakeDatabase(MyDatabaseId, false, next_due_at_commit, 0);
-		if (wake_relay_at_commit)
-			VqWakeRelay(MyDatabaseId);
-	}
-	wake_due_at_commit = false;
-	due_queue_at_commit = 0;
-	wake_relay_at_commit = false;
-	next_due_at_commit = VQ_NO_NEXT_DUE;
-}
-
-/* Register the end-of-transaction callbacks of this module (once per backend). */
-static void
-RegisterEnqueueCallbacks(void)
-{
-	if (!xact_callback_registered)
-	{
-		RegisterXactCallback(EnqueueXactCallback, NULL);
-		RegisterResourceReleaseCallback(EnqueueReleaseCallback, NULL);
-		xact_callback_registered = true;
-	}
-}
-
-/* Remember that this transaction published outbox rows: wake the relay at commit (or at their time). */
-void
-VqNoteOutboxDue(TimestampTz scheduled_at)
-{
-	if (scheduled_at <= GetCurrentTimestamp())
-	{
-		RegisterEnqueueCallbacks();
-		wake_relay_at_commit = true;
-	}
-	else
-		VqNoteJobDue(scheduled_at);	/* a future row: the executors will look at its time */
-}
-
-/*
- * vq.wake_executors(): the calling transaction made jobs due by other means
- * than an enqueue (a queue resumed, jobs re-driven): wake the executors at
- * commit rather than leaving the jobs to the next poll.
- */
-Datum
-vq_wake_executors(PG_FUNCTION_ARGS)
-{
-	VqNoteJobDue(GetCurrentTimestamp());
-	PG_RETURN_VOID();
-}
-
-/*
- * Remember that this transaction made a job due at scheduled_at: wake the
- * workers at commit. Returns whether the job is due now.
- */
-bool
-VqNoteJobDue(TimestampTz scheduled_at)
-{
-	RegisterEnqueueCallbacks();
-	if (scheduled_at <= GetCurrentTimestamp())
-	{
-		wake_due_at_commit = true;
-		return true;
-	}
-	if (scheduled_at < next_due_at_commit)
-		next_due_at_commit = scheduled_at;
-	return false;
-}
-
-/*
- * VqNoteJobDue for jobs of one queue: the wake-up also names the queue, so
- * that an idle executor looks there first instead of polling the others.
- */
-static void
-NoteQueueDue(VqQueue *queue, TimestampTz scheduled_at)
-{
-	if (VqNoteJobDue(scheduled_at))
-		due_queue_at_commit = queue->wake_hint;
-}
 
 /* Is this error worth retrying the whole transaction for? */
 static bool
@@ -421,7 +308,7 @@ InsertOne(const JobSpec *spec, Datum payload, bool payload_null, text *job_id)
 	errcb.previous = error_context_stack;
 	error_context_stack = &errcb;
 
-	VqBecomeOwner(spec->registry, &saved);
+	VqBecomeOwner(spec->registry->owner, &saved);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "vq_job: SPI_connect failed");
 
@@ -482,7 +369,7 @@ InsertOne(const JobSpec *spec, Datum payload, bool payload_null, text *job_id)
 	VqRestoreUser(&saved);
 	error_context_stack = errcb.previous;
 	if (!spec->queue->paused)	/* nobody claims from a paused queue: waking would be wasted */
-		NoteQueueDue(spec->queue, spec->scheduled_at);
+		(void) VqWakeForJobAtCommit(spec->scheduled_at, spec->queue->wake_hint);
 	return result;
 }
 
@@ -655,7 +542,7 @@ vq_enqueue_many(PG_FUNCTION_ARGS)
 	errcb.previous = error_context_stack;
 	error_context_stack = &errcb;
 
-	VqBecomeOwner(spec.registry, &saved);
+	VqBecomeOwner(spec.registry->owner, &saved);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "vq_job: SPI_connect failed");
 	if (job_ids == NULL)
@@ -683,7 +570,7 @@ vq_enqueue_many(PG_FUNCTION_ARGS)
 	VqRestoreUser(&saved);
 	error_context_stack = errcb.previous;
 	if (!spec.queue->paused)
-		NoteQueueDue(spec.queue, spec.scheduled_at);
+		(void) VqWakeForJobAtCommit(spec.scheduled_at, spec.queue->wake_hint);
 
 	PG_RETURN_ARRAYTYPE_P(construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
 }
@@ -769,7 +656,7 @@ VqEnqueueManyResolved(VqRegistry *registry, int n, Datum *handlers, Datum *addre
 	values[9] = PointerGetDatum(construct_array(metadatas, n, JSONBOID, -1, false, TYPALIGN_INT));
 	values[10] = PointerGetDatum(construct_array(enqueued_by, n, REGROLEOID, 4, true, TYPALIGN_INT));
 
-	VqBecomeOwner(registry, &saved);
+	VqBecomeOwner(registry->owner, &saved);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "vq_job: SPI_connect failed");
 	RunWrite(VqKeepPlan(&plan,
@@ -784,5 +671,5 @@ VqEnqueueManyResolved(VqRegistry *registry, int n, Datum *handlers, Datum *addre
 			 values, NULL, SPI_OK_INSERT);
 	SPI_finish();
 	VqRestoreUser(&saved);
-	VqNoteJobDue(earliest);
+	(void) VqWakeForJobAtCommit(earliest, 0);
 }

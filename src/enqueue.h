@@ -11,12 +11,6 @@
 
 #include "registry.h"
 
-/* Remember that this transaction published outbox rows due at scheduled_at: wake the relay at commit. */
-extern void VqNoteOutboxDue(TimestampTz scheduled_at);
-
-/* Remember that this transaction made a job due at scheduled_at: wake the workers at commit. */
-extern bool VqNoteJobDue(TimestampTz scheduled_at);
-
 /* The enqueuing role must have EXECUTE on a function handler's function. */
 extern void VqCheckEnqueuePrivilege(VqHandler *handler, Oid role);
 

@@ -29,7 +29,9 @@
 #include "utils/timestamp.h"
 
 #include "executor.h"
+#include "jobapi.h"
 #include "registry.h"
+#include "roles.h"
 #include "spi_util.h"
 #include "vq_job.h"
 
@@ -54,41 +56,54 @@ static MemoryContext log_context = NULL;
 static List *log_entries = NIL;
 static SPIPlanPtr log_plan = NULL;
 
-/* A job starts: publish it in shared memory, start an empty log. */
+/* This executor's count of runs: names each run for cancel requests (see VqJobApiBegin). */
+static uint64 run_seq = 0;
+
+/*
+ * A job starts: publish it in shared memory, start an empty log. Runs are
+ * numbered from the executor's start time in microseconds, so that no two
+ * incarnations of an executor slot ever give two runs the same number (a
+ * cancel request names one).
+ */
 void
 VqJobApiBegin(VqJob *job)
 {
+	VqRunningJob *r = &VqMyExecutorSlot->job;
+
 	if (log_context == NULL)
 		log_context = AllocSetContextCreate(TopMemoryContext, "vq_job job logs", ALLOCSET_SMALL_SIZES);
 	MemoryContextReset(log_context);
 	log_entries = NIL;
 	current_job = job;
+	if (run_seq == 0)
+		run_seq = (uint64) VqMyExecutorSlot->started_at;
 
-	LWLockAcquire(VqShared->lock, LW_EXCLUSIVE);
-	VqMyExecutorSlot->running = true;
-	memcpy(&VqMyExecutorSlot->execution_id, &job->execution_id, sizeof(pg_uuid_t));
-	strlcpy(VqMyExecutorSlot->handler, job->handler, sizeof(VqMyExecutorSlot->handler));
-	VqMyExecutorSlot->attempt_number = job->attempt_number;
-	VqMyExecutorSlot->job_started_at = GetCurrentTimestamp();
-	VqMyExecutorSlot->cancel_requested = false;
-	VqMyExecutorSlot->progress_total = -1;
-	VqMyExecutorSlot->progress_succeeded = 0;
-	VqMyExecutorSlot->progress_failed = 0;
-	LWLockRelease(VqShared->lock);
+	VqBeginJobWrite(VqMyExecutorSlot);
+	r->running = true;
+	r->seq = ++run_seq;
+	memcpy(&r->execution_id, &job->execution_id, sizeof(pg_uuid_t));
+	strlcpy(r->handler, job->handler, sizeof(r->handler));
+	r->attempt_number = job->attempt_number;
+	r->started_at = GetCurrentTimestamp();
+	r->progress_total = -1;
+	r->progress_succeeded = 0;
+	r->progress_failed = 0;
+	VqEndJobWrite(VqMyExecutorSlot);
 }
 
-/* A job ends: take its progress into the outcome, leave shared memory. */
+/* A job ends: take its progress into the outcome, unpublish it. */
 void
 VqJobApiEnd(VqOutcome *outcome)
 {
-	LWLockAcquire(VqShared->lock, LW_EXCLUSIVE);
-	outcome->has_progress = VqMyExecutorSlot->progress_total >= 0 ||
-		VqMyExecutorSlot->progress_succeeded > 0 || VqMyExecutorSlot->progress_failed > 0;
-	outcome->progress_total = Max(VqMyExecutorSlot->progress_total, 0);
-	outcome->progress_succeeded = VqMyExecutorSlot->progress_succeeded;
-	outcome->progress_failed = VqMyExecutorSlot->progress_failed;
-	VqMyExecutorSlot->running = false;
-	LWLockRelease(VqShared->lock);
+	VqRunningJob *r = &VqMyExecutorSlot->job;
+
+	outcome->has_progress = r->progress_total >= 0 || r->progress_succeeded > 0 || r->progress_failed > 0;
+	outcome->progress_total = Max(r->progress_total, 0);
+	outcome->progress_succeeded = r->progress_succeeded;
+	outcome->progress_failed = r->progress_failed;
+	VqBeginJobWrite(VqMyExecutorSlot);
+	r->running = false;
+	VqEndJobWrite(VqMyExecutorSlot);
 	current_job = NULL;
 }
 
@@ -210,9 +225,9 @@ vq_progress_set_total(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_VQ_INVALID_ARGUMENT),
 				 errmsg("progress total must be zero or more")));
-	LWLockAcquire(VqShared->lock, LW_EXCLUSIVE);
-	VqMyExecutorSlot->progress_total = PG_GETARG_INT64(0);
-	LWLockRelease(VqShared->lock);
+	VqBeginJobWrite(VqMyExecutorSlot);
+	VqMyExecutorSlot->job.progress_total = PG_GETARG_INT64(0);
+	VqEndJobWrite(VqMyExecutorSlot);
 	PG_RETURN_VOID();
 }
 
@@ -228,10 +243,10 @@ vq_progress_add(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_VQ_INVALID_ARGUMENT),
 				 errmsg("progress counts must be zero or more")));
-	LWLockAcquire(VqShared->lock, LW_EXCLUSIVE);
-	VqMyExecutorSlot->progress_succeeded += succeeded;
-	VqMyExecutorSlot->progress_failed += failed;
-	LWLockRelease(VqShared->lock);
+	VqBeginJobWrite(VqMyExecutorSlot);
+	VqMyExecutorSlot->job.progress_succeeded += succeeded;
+	VqMyExecutorSlot->job.progress_failed += failed;
+	VqEndJobWrite(VqMyExecutorSlot);
 	PG_RETURN_VOID();
 }
 
@@ -239,13 +254,9 @@ vq_progress_add(PG_FUNCTION_ARGS)
 Datum
 vq_job_cancelled(PG_FUNCTION_ARGS)
 {
-	bool		cancelled;
-
 	RequireJob("vq_job_cancelled()");
-	LWLockAcquire(VqShared->lock, LW_SHARED);
-	cancelled = VqMyExecutorSlot->cancel_requested;
-	LWLockRelease(VqShared->lock);
-	PG_RETURN_BOOL(cancelled);
+	PG_RETURN_BOOL(pg_atomic_read_u64(&VqMyDatabaseSlot->cancel_seq[VqMyExecutorIndex]) ==
+				   VqMyExecutorSlot->job.seq);
 }
 
 /*
@@ -264,29 +275,33 @@ vq_running_jobs(PG_FUNCTION_ARGS)
 
 	LWLockAcquire(VqShared->lock, LW_SHARED);
 	slot = VqFindDatabaseSlot(MyDatabaseId);
+	if (slot != NULL)
+		LWLockAcquire(slot->lock, LW_SHARED);
 	for (int i = 0; slot != NULL && i < VQ_MAX_EXECUTORS; i++)
 	{
 		VqExecutorSlot *e = &slot->executors[i];
+		VqRunningJob job;
 		Datum		values[9];
 		bool		nulls[9] = {false, false, false, false, false, false, false, false, false};
-		pg_uuid_t  *uuid;
+		int			pid = e->pid;
 
-		if (e->pid == 0 || !e->running)
+		if (pid == 0 || !VqReadRunningJob(e, &job))
 			continue;
-		uuid = palloc(sizeof(pg_uuid_t));
-		memcpy(uuid, &e->execution_id, sizeof(pg_uuid_t));
-		values[0] = Int32GetDatum(e->pid);
-		values[1] = UUIDPGetDatum(uuid);
-		values[2] = CStringGetTextDatum(e->handler);
-		values[3] = Int32GetDatum(e->attempt_number);
-		values[4] = TimestampTzGetDatum(e->job_started_at);
-		values[5] = Int64GetDatum(e->progress_total);
-		nulls[5] = e->progress_total < 0;
-		values[6] = Int64GetDatum(e->progress_succeeded);
-		values[7] = Int64GetDatum(e->progress_failed);
-		values[8] = BoolGetDatum(e->cancel_requested);
+		values[0] = Int32GetDatum(pid);
+		values[1] = UUIDPGetDatum(palloc_object(pg_uuid_t));
+		memcpy(DatumGetUUIDP(values[1]), &job.execution_id, sizeof(pg_uuid_t));
+		values[2] = CStringGetTextDatum(job.handler);
+		values[3] = Int32GetDatum(job.attempt_number);
+		values[4] = TimestampTzGetDatum(job.started_at);
+		values[5] = Int64GetDatum(job.progress_total);
+		nulls[5] = job.progress_total < 0;
+		values[6] = Int64GetDatum(job.progress_succeeded);
+		values[7] = Int64GetDatum(job.progress_failed);
+		values[8] = BoolGetDatum(pg_atomic_read_u64(&slot->cancel_seq[i]) == job.seq);
 		tuplestore_putvalues(store, desc, values, nulls);
 	}
+	if (slot != NULL)
+		LWLockRelease(slot->lock);
 	LWLockRelease(VqShared->lock);
 	return (Datum) 0;
 }
@@ -298,18 +313,23 @@ FlagRunningJob(pg_uuid_t *execution_id)
 	VqDatabaseSlot *slot;
 	bool		found = false;
 
-	LWLockAcquire(VqShared->lock, LW_EXCLUSIVE);
+	LWLockAcquire(VqShared->lock, LW_SHARED);
 	slot = VqFindDatabaseSlot(MyDatabaseId);
+	if (slot != NULL)
+		LWLockAcquire(slot->lock, LW_SHARED);
 	for (int i = 0; slot != NULL && i < VQ_MAX_EXECUTORS; i++)
 	{
-		VqExecutorSlot *e = &slot->executors[i];
+		VqRunningJob job;
 
-		if (e->pid != 0 && e->running && memcmp(&e->execution_id, execution_id, sizeof(pg_uuid_t)) == 0)
+		if (slot->executors[i].pid != 0 && VqReadRunningJob(&slot->executors[i], &job) &&
+			memcmp(&job.execution_id, execution_id, sizeof(pg_uuid_t)) == 0)
 		{
-			e->cancel_requested = true;
+			pg_atomic_write_u64(&slot->cancel_seq[i], job.seq);
 			found = true;
 		}
 	}
+	if (slot != NULL)
+		LWLockRelease(slot->lock);
 	LWLockRelease(VqShared->lock);
 	return found;
 }
@@ -364,7 +384,7 @@ vq_cancel(PG_FUNCTION_ARGS)
 	char	   *owner;
 	char	   *state = NULL;
 
-	VqBecomeOwner(registry, &saved);
+	VqBecomeOwner(registry->owner, &saved);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "vq_job: SPI_connect failed");
 

@@ -1,27 +1,34 @@
 /*
- * launcher.c: the launcher background worker and the database guard.
- *
- * The launcher is a static background worker connected to no database (it
- * reads only the shared catalog pg_database). It assigns each served database
- * a shared-memory slot and keeps its executors (executor.c) running:
+ * launcher.c: the launcher background worker. It owns every served
+ * database's lifecycle: it is connected to no database (it reads only the
+ * shared catalog pg_database), assigns each served database a shared-memory
+ * slot, starts and stops its executors (executor.c), and moves the slot's
+ * state; other processes only send it requests (launcher.h) and wake it.
  *
  *   FREE --launcher starts executor 0--> STARTING
- *   STARTING --executor 0 finds the extension--> ACTIVE (launcher starts the rest)
- *   STARTING --no extension--> NO_EXTENSION (rechecked every 10 s, or at once
- *                                when CREATE EXTENSION vq_job commits there)
- *   ACTIVE --DROP EXTENSION: the executors notice and exit--> NO_EXTENSION
+ *   STARTING --executor 0 reports the extension present--> ACTIVE (the others start)
+ *   STARTING or ACTIVE --an executor reports it absent--> NO_EXTENSION
+ *   NO_EXTENSION --10 s passed, or CREATE EXTENSION vq_job committed--> STARTING
  *
- * While the server is in recovery (a hot standby) the launcher starts nothing;
- * after promotion it serves as usual. An executor that exits is restarted
- * (at most once a second per executor), which also restarts everything after
- * a crash: on start, executor 0 rescues jobs left RUNNING by dead processes.
+ * A report counts only if no CREATE or DROP EXTENSION committed since its
+ * executor looked (the slot's extension_generation), so a report that
+ * crossed a CREATE EXTENSION cannot leave the database unserved.
  *
- * Some utility statements need a database to themselves (DROP DATABASE,
- * CREATE DATABASE ... TEMPLATE, ALTER DATABASE RENAME / SET TABLESPACE). The
- * ProcessUtility hook stops that database's executors first and pauses their
- * restart briefly, so vq_job never blocks them.
+ * Stopping executors. A stop request (a utility statement needs the database
+ * alone, see guard.c) or the launcher's own shutdown stops them the same
+ * way: SIGTERM; an executor then claims nothing more, lets its running
+ * handler finish, records the outcome and exits. A handler still running
+ * vq.shutdown_grace_ms later is cancelled (SIGINT: the job is recorded as cut
+ * by the stop), and an executor still alive SHUTDOWN_DIE_AFTER_MS after that
+ * is told to die (SIGUSR2; its job is rescued when executors run again). The launcher restarts an executor that exited (at most once a
+ * second), which also restarts everything after a crash; on start, the
+ * executors rescue jobs left RUNNING by dead processes. While the server is
+ * in recovery (a hot standby) it starts nothing; after promotion it serves as
+ * usual.
  */
 #include "postgres.h"
+
+#include <signal.h>
 
 #include "access/heapam.h"
 #include "access/htup_details.h"
@@ -30,18 +37,13 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/pg_database.h"
-#include "commands/dbcommands.h"
-#include "commands/defrem.h"
 #include "miscadmin.h"
-#include "nodes/parsenodes.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
-#include "tcop/utility.h"
-#include "utils/builtins.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
@@ -52,19 +54,28 @@
 #include "launcher.h"
 #include "shmem.h"
 #include "vq_job.h"
+#include "wakeup.h"
 
 PGDLLEXPORT void vq_launcher_main(Datum arg);
-
-PG_FUNCTION_INFO_V1(vq_launcher_wakeup);
 
 /* How long a database without the extension waits before it is checked again. */
 #define NO_EXTENSION_RECHECK_MS 10000
 /* Least time between two starts of the same executor. */
 #define RESTART_INTERVAL_MS 1000
-/* How long a utility statement waits for a database's executors to exit. */
+/* How long a stop request keeps a database's executors stopped, and how long its sender waits. */
 #define STOP_WAIT_MS 10000
+/* After the grace, how long a cancelled handler has before its executor is told to die. */
+#define SHUTDOWN_DIE_AFTER_MS 2000
 
-/* Launcher-local bookkeeping per database: the handles of its executors. */
+/* How the launcher is stopping one executor. */
+typedef struct ExecutorStop
+{
+	TimestampTz sigterm_at;		/* when it was asked to stop (0: it was not) */
+	bool		cancelled;		/* its handler was cancelled after the grace */
+	bool		killed;			/* it was told to die */
+} ExecutorStop;
+
+/* Launcher-local bookkeeping per database. */
 typedef struct LauncherDatabase
 {
 	Oid			dboid;			/* hash key */
@@ -72,17 +83,10 @@ typedef struct LauncherDatabase
 	bool		seen;			/* still in pg_database at the last scan */
 	BackgroundWorkerHandle *handles[VQ_MAX_EXECUTORS];
 	TimestampTz last_start[VQ_MAX_EXECUTORS];
+	ExecutorStop stops[VQ_MAX_EXECUTORS];
 } LauncherDatabase;
 
 static HTAB *launcher_databases = NULL;
-
-static void ResumeDatabaseExecutors(Oid dboid);
-static ProcessUtility_hook_type prev_process_utility = NULL;
-static bool wake_launcher_at_commit = false;
-static bool wake_executors_at_commit = false;
-static bool xact_callback_registered = false;
-static Oid	resume_at_commit = InvalidOid;	/* database whose executors may start again */
-static bool wake_launcher_at_end = false;
 
 /* Is this database in vq.databases (or is that list empty)? */
 bool
@@ -137,6 +141,7 @@ ScanDatabases(void)
 		{
 			memset(db->handles, 0, sizeof(db->handles));
 			memset(db->last_start, 0, sizeof(db->last_start));
+			memset(db->stops, 0, sizeof(db->stops));
 		}
 		strlcpy(db->name, NameStr(form->datname), NAMEDATALEN);
 		db->seen = true;
@@ -148,7 +153,7 @@ ScanDatabases(void)
 
 /* Is the executor behind this handle running (or about to)? */
 static bool
-ExecutorAlive(BackgroundWorkerHandle *handle)
+HandleAlive(BackgroundWorkerHandle *handle)
 {
 	pid_t		pid;
 
@@ -178,79 +183,188 @@ StartExecutor(LauncherDatabase *db, int index)
 		pfree(db->handles[index]);
 	db->handles[index] = NULL;
 	db->last_start[index] = GetCurrentTimestamp();
+	memset(&db->stops[index], 0, sizeof(ExecutorStop));
 	if (!RegisterDynamicBackgroundWorker(&worker, &db->handles[index]))
 		ereport(WARNING,
 				(errmsg("vq_job: could not start an executor for database \"%s\"", db->name),
 				 errhint("Raise max_worker_processes.")));
 }
 
-/*
- * Keep one database's executors running as its slot's state asks. Returns the
- * time (ms) until this database next needs attention, or -1 for "no deadline".
- */
-static long
-ServeDatabase(LauncherDatabase *db)
+/* The slot of a database, assigned now if it has none; NULL when all are taken. */
+static VqDatabaseSlot *
+AssignSlot(LauncherDatabase *db, TimestampTz now)
 {
 	VqDatabaseSlot *slot;
-	VqDatabaseState state;
-	TimestampTz now = GetCurrentTimestamp();
-	TimestampTz paused_until;
-	TimestampTz state_since;
-	int			wanted;
-	long		next = -1;
 
 	LWLockAcquire(VqShared->lock, LW_EXCLUSIVE);
 	slot = VqFindDatabaseSlot(db->dboid);
-	if (slot == NULL)
+	if (slot == NULL && (slot = VqFindDatabaseSlot(InvalidOid)) != NULL)
 	{
-		slot = VqFindDatabaseSlot(InvalidOid);
-		if (slot == NULL)
-		{
-			LWLockRelease(VqShared->lock);
-			ereport(WARNING,
-					(errmsg("vq_job: no free slot for database \"%s\"", db->name),
-					 errhint("Raise vq.max_databases.")));
-			return -1;
-		}
+		LWLockAcquire(slot->lock, LW_EXCLUSIVE);
 		slot->dboid = db->dboid;
 		slot->state = VQ_DB_STARTING;
 		slot->state_since = now;
-		slot->paused_until = 0;
-	}
-	state = slot->state;
-	state_since = slot->state_since;
-	paused_until = slot->paused_until;
-	if (state == VQ_DB_NO_EXTENSION &&
-		TimestampDifferenceExceeds(state_since, now, NO_EXTENSION_RECHECK_MS))
-	{
-		slot->state = state = VQ_DB_STARTING;
-		slot->state_since = now;
-		/* executor 0 exited normally (no extension): restarting it now is no crash loop */
-		db->last_start[0] = 0;
+		memset(&slot->request, 0, sizeof(VqLauncherRequest));
+		LWLockRelease(slot->lock);
 	}
 	LWLockRelease(VqShared->lock);
+	if (slot == NULL)
+		ereport(WARNING,
+				(errmsg("vq_job: no free slot for database \"%s\"", db->name),
+				 errhint("Raise vq.max_databases.")));
+	return slot;
+}
 
-	if (paused_until > now)
-		return TimestampDifferenceMilliseconds(now, paused_until) + 1;
-	if (state == VQ_DB_NO_EXTENSION)
-		return NO_EXTENSION_RECHECK_MS - TimestampDifferenceMilliseconds(state_since, now) + 1;
+/*
+ * Move a database's state on what its executors reported (caller holds the
+ * slot's lock exclusively). A report made before the last CREATE or DROP
+ * EXTENSION is stale: executor 0 is started to look again.
+ */
+static void
+ApplyReports(VqDatabaseSlot *slot, LauncherDatabase *db, TimestampTz now)
+{
+	VqLauncherRequest *r = &slot->request;
+	bool		current = r->extension_seen_at == pg_atomic_read_u64(&slot->extension_generation);
+	VqDatabaseState state = slot->state;
 
-	/* Executor 0 checks for the extension; the others start once it found it. */
-	wanted = (state == VQ_DB_ACTIVE) ? Min(vq_executors_per_database, VQ_MAX_EXECUTORS) : 1;
+	if (r->extension == VQ_EXT_PRESENT && current && state == VQ_DB_STARTING)
+		state = VQ_DB_ACTIVE;
+	else if (r->extension == VQ_EXT_ABSENT && current && state != VQ_DB_NO_EXTENSION)
+		state = VQ_DB_NO_EXTENSION;
+	else if (state == VQ_DB_NO_EXTENSION &&
+			 (!current || TimestampDifferenceExceeds(slot->state_since, now, NO_EXTENSION_RECHECK_MS)))
+	{
+		state = VQ_DB_STARTING;
+		r->extension = VQ_EXT_NOT_LOOKED;
+		db->last_start[0] = 0;	/* executor 0 exited normally: restarting it now is no crash loop */
+	}
+	if (state != slot->state)
+	{
+		slot->state = state;
+		slot->state_since = now;
+	}
+}
+
+/* The earlier of a deadline so far (-1: none) and at, as ms from now. */
+static long
+EarlierDeadline(long next, TimestampTz now, TimestampTz at)
+{
+	long		ms = at <= now ? 0 : TimestampDifferenceMilliseconds(now, at) + 1;
+
+	return next < 0 ? ms : Min(next, ms);
+}
+
+/*
+ * Stop one executor, a step at a time: SIGTERM; after the grace, SIGINT if it
+ * still runs a handler; SHUTDOWN_DIE_AFTER_MS later, SIGUSR2 (die). Returns
+ * ms until its next step (-1: none).
+ */
+static long
+StopExecutor(ExecutorStop *stop, VqExecutorSlot *e, TimestampTz now)
+{
+	TimestampTz cancel_at;
+	TimestampTz die_at;
+	VqRunningJob job;
+
+	if (stop->sigterm_at == 0)
+	{
+		stop->sigterm_at = now;
+		kill(e->pid, SIGTERM);
+	}
+	cancel_at = TimestampTzPlusMilliseconds(stop->sigterm_at, vq_shutdown_grace_ms);
+	die_at = TimestampTzPlusMilliseconds(cancel_at, SHUTDOWN_DIE_AFTER_MS);
+	if (!stop->cancelled && now >= cancel_at && VqReadRunningJob(e, &job))
+	{
+		stop->cancelled = true;
+		kill(e->pid, SIGINT);
+	}
+	if (!stop->killed && now >= die_at)
+	{
+		stop->killed = true;
+		kill(e->pid, SIGUSR2);
+	}
+	if (!stop->cancelled)
+		return EarlierDeadline(-1, now, cancel_at);
+	return stop->killed ? -1 : EarlierDeadline(-1, now, die_at);
+}
+
+/* Stop every executor of a database (see StopExecutor); returns ms until a next step, or -1. */
+static long
+StopExecutors(VqDatabaseSlot *slot, LauncherDatabase *db, TimestampTz now)
+{
+	long		next = -1;
+
+	LWLockAcquire(slot->lock, LW_SHARED);
+	for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
+	{
+		long		step;
+
+		if (slot->executors[i].pid == 0)
+			continue;
+		step = StopExecutor(&db->stops[i], &slot->executors[i], now);
+		if (step >= 0)
+			next = next < 0 ? step : Min(next, step);
+	}
+	LWLockRelease(slot->lock);
+	/* an executor's exit sets our latch (bgw_notify_pid); until then look at least every second */
+	return next < 0 ? 1000 : Min(next, 1000);
+}
+
+/* Start the executors a database's state asks for; returns ms until a restart is allowed, or -1. */
+static long
+StartExecutors(VqDatabaseSlot *slot, LauncherDatabase *db, VqDatabaseState state, TimestampTz now)
+{
+	int			wanted = (state == VQ_DB_ACTIVE) ? Min(vq_executors_per_database, VQ_MAX_EXECUTORS) : 1;
+	long		next = -1;
+
 	for (int i = 0; i < wanted; i++)
 	{
-		if (ExecutorAlive(db->handles[i]))
+		bool		attached;
+
+		LWLockAcquire(slot->lock, LW_SHARED);
+		attached = slot->executors[i].pid != 0;
+		LWLockRelease(slot->lock);
+		/* (attached without a handle: started by a launcher that was restarted since) */
+		if (attached || HandleAlive(db->handles[i]))
 			continue;
 		if (!TimestampDifferenceExceeds(db->last_start[i], now, RESTART_INTERVAL_MS))
 		{
-			long		wait = RESTART_INTERVAL_MS - TimestampDifferenceMilliseconds(db->last_start[i], now) + 1;
-
-			next = (next < 0) ? wait : Min(next, wait);
+			next = EarlierDeadline(next, now, TimestampTzPlusMilliseconds(db->last_start[i], RESTART_INTERVAL_MS));
 			continue;
 		}
 		StartExecutor(db, i);
 	}
 	return next;
+}
+
+/*
+ * Serve one database: apply its executors' reports and the requests sent to
+ * the launcher, then stop or start executors. Returns the time (ms) until
+ * this database next needs attention, or -1 for "no deadline".
+ */
+static long
+ServeDatabase(LauncherDatabase *db)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	VqDatabaseSlot *slot = AssignSlot(db, now);
+	VqDatabaseState state;
+	TimestampTz state_since;
+	TimestampTz stop_until;
+
+	if (slot == NULL)
+		return -1;
+	LWLockAcquire(slot->lock, LW_EXCLUSIVE);
+	ApplyReports(slot, db, now);
+	state = slot->state;
+	state_since = slot->state_since;
+	stop_until = slot->request.stop_until;
+	LWLockRelease(slot->lock);
+
+	if (stop_until > now)
+		return Min(StopExecutors(slot, db, now), EarlierDeadline(-1, now, stop_until));
+	if (state == VQ_DB_NO_EXTENSION)
+		return EarlierDeadline(-1, now, TimestampTzPlusMilliseconds(state_since, NO_EXTENSION_RECHECK_MS));
+	return StartExecutors(slot, db, state, now);
 }
 
 /* Free the slots of databases that are gone (or no longer selected) once their executors exited. */
@@ -264,28 +378,81 @@ ForgetDatabases(void)
 	while ((db = hash_seq_search(&seq)) != NULL)
 	{
 		bool		alive = false;
+		VqDatabaseSlot *slot;
 
 		if (db->seen)
 			continue;
 		for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
-			alive |= ExecutorAlive(db->handles[i]);
+			alive |= HandleAlive(db->handles[i]);
 		if (alive)
 			continue;
 		LWLockAcquire(VqShared->lock, LW_EXCLUSIVE);
+		slot = VqFindDatabaseSlot(db->dboid);
+		if (slot != NULL)
 		{
-			VqDatabaseSlot *slot = VqFindDatabaseSlot(db->dboid);
-
-			if (slot != NULL)
-			{
-				slot->dboid = InvalidOid;
-				slot->state = VQ_DB_FREE;
-			}
+			LWLockAcquire(slot->lock, LW_EXCLUSIVE);
+			slot->dboid = InvalidOid;
+			slot->state = VQ_DB_FREE;
+			LWLockRelease(slot->lock);
 		}
 		LWLockRelease(VqShared->lock);
 		for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
 			if (db->handles[i] != NULL)
 				pfree(db->handles[i]);
 		hash_search(launcher_databases, &db->dboid, HASH_REMOVE, NULL);
+	}
+}
+
+/* Does any executor of any database still run? */
+static bool
+AnyExecutorAttached(void)
+{
+	bool		any = false;
+
+	LWLockAcquire(VqShared->lock, LW_SHARED);
+	for (int s = 0; s < VqShared->nslots && !any; s++)
+	{
+		VqDatabaseSlot *slot = &VqShared->slots[s];
+
+		LWLockAcquire(slot->lock, LW_SHARED);
+		for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
+			any |= slot->executors[i].pid != 0;
+		LWLockRelease(slot->lock);
+	}
+	LWLockRelease(VqShared->lock);
+	return any;
+}
+
+/*
+ * The launcher was told to stop (the server shuts down, and the postmaster
+ * has sent the executors SIGTERM too; or someone terminated the launcher):
+ * stop every executor as above, then exit. (The postmaster restarts a
+ * launcher that was terminated alone, and it starts them again.)
+ */
+static void
+ShutDownExecutors(void)
+{
+	while (AnyExecutorAttached())
+	{
+		TimestampTz now = GetCurrentTimestamp();
+		HASH_SEQ_STATUS seq;
+		LauncherDatabase *db;
+		long		timeout = 1000;
+
+		hash_seq_init(&seq, launcher_databases);
+		while ((db = hash_seq_search(&seq)) != NULL)
+		{
+			VqDatabaseSlot *slot;
+
+			LWLockAcquire(VqShared->lock, LW_SHARED);
+			slot = VqFindDatabaseSlot(db->dboid);
+			LWLockRelease(VqShared->lock);
+			if (slot != NULL)
+				timeout = Min(timeout, StopExecutors(slot, db, now));
+		}
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 Max(timeout, 10), PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
 	}
 }
 
@@ -297,6 +464,30 @@ LauncherShmemExit(int code, Datum arg)
 	VqShared->launcher_pid = 0;
 	VqShared->launcher_latch = NULL;
 	LWLockRelease(VqShared->lock);
+}
+
+/* One pass over the served databases; returns how long the launcher may sleep (ms). */
+static long
+ServeDatabases(void)
+{
+	HASH_SEQ_STATUS seq;
+	LauncherDatabase *db;
+	long		timeout = 10000;
+
+	ScanDatabases();
+	hash_seq_init(&seq, launcher_databases);
+	while ((db = hash_seq_search(&seq)) != NULL)
+	{
+		long		next;
+
+		if (!db->seen)
+			continue;
+		next = ServeDatabase(db);
+		if (next >= 0)
+			timeout = Min(timeout, next);
+	}
+	ForgetDatabases();
+	return timeout;
 }
 
 /* The launcher's main loop. */
@@ -325,163 +516,56 @@ vq_launcher_main(Datum arg)
 
 	while (!ShutdownRequestPending)
 	{
-		long		timeout = 10000;
-
-		if (ConfigReloadPending)
-		{
-			ConfigReloadPending = false;
-			ProcessConfigFile(PGC_SIGHUP);
-		}
-
-		/* A hot standby runs no jobs; look again after promotion. */
-		if (RecoveryInProgress())
-			timeout = 1000;
-		else
-		{
-			HASH_SEQ_STATUS seq;
-			LauncherDatabase *db;
-
-			ScanDatabases();
-			hash_seq_init(&seq, launcher_databases);
-			while ((db = hash_seq_search(&seq)) != NULL)
-			{
-				long		next;
-
-				if (!db->seen)
-					continue;
-				next = ServeDatabase(db);
-				if (next >= 0)
-					timeout = Min(timeout, next);
-			}
-			ForgetDatabases();
-		}
+		/* a hot standby runs no jobs; look again after promotion */
+		long		timeout = RecoveryInProgress() ? 1000 : ServeDatabases();
 
 		pgstat_report_stat(false);
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 Max(timeout, 10), PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
 	}
+	ShutDownExecutors();
 	proc_exit(0);
 }
 
-/*
- * End of transaction: after CREATE EXTENSION vq_job commits, have the launcher
- * serve this database now; after DROP EXTENSION, wake the executors so they
- * notice and exit.
- */
 static void
-LauncherWakeupXactCallback(XactEvent event, void *arg)
+SetStopUntil(VqDatabaseSlot *slot, void *arg)
 {
-	if (wake_executors_at_commit && event == XACT_EVENT_COMMIT)
-	{
-		VqDatabaseSlot *slot;
-
-		LWLockAcquire(VqShared->lock, LW_EXCLUSIVE);
-		slot = VqFindDatabaseSlot(MyDatabaseId);
-		for (int i = 0; slot != NULL && i < VQ_MAX_EXECUTORS; i++)
-			slot->executors[i].check_extension = true;
-		LWLockRelease(VqShared->lock);
-		VqWakeDatabase(MyDatabaseId, true, 0, 0);
-	}
-	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT)
-	{
-		/* a database statement is over: its database may be served again (or a new one served) */
-		if (OidIsValid(resume_at_commit))
-			ResumeDatabaseExecutors(resume_at_commit);
-		if (wake_launcher_at_end)
-			VqWakeLauncher();
-		resume_at_commit = InvalidOid;
-		wake_launcher_at_end = false;
-	}
-	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT || event == XACT_EVENT_PREPARE)
-		wake_executors_at_commit = false;
-	if (!wake_launcher_at_commit)
-		return;
-	if (event == XACT_EVENT_COMMIT)
-	{
-		VqDatabaseSlot *slot;
-
-		LWLockAcquire(VqShared->lock, LW_EXCLUSIVE);
-		slot = VqFindDatabaseSlot(MyDatabaseId);
-		if (slot != NULL && slot->state == VQ_DB_NO_EXTENSION)
-			slot->state_since = 0;	/* recheck at once */
-		LWLockRelease(VqShared->lock);
-		VqWakeLauncher();
-	}
-	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT || event == XACT_EVENT_PREPARE)
-		wake_launcher_at_commit = false;
+	slot->request.stop_until = *(TimestampTz *) arg;
 }
 
-/* Make sure the end-of-transaction callback is registered in this backend. */
 static void
-RegisterWakeupCallback(void)
+CountAttached(VqDatabaseSlot *slot, void *arg)
 {
-	if (!xact_callback_registered)
-	{
-		RegisterXactCallback(LauncherWakeupXactCallback, NULL);
-		xact_callback_registered = true;
-	}
-}
-
-/* vq.launcher_wakeup(): called by the install script; wakes the launcher when the transaction commits. */
-Datum
-vq_launcher_wakeup(PG_FUNCTION_ARGS)
-{
-	RegisterWakeupCallback();
-	wake_launcher_at_commit = true;
-	PG_RETURN_VOID();
-}
-
-/* Is this a DROP EXTENSION naming vq_job? */
-static bool
-DropsThisExtension(Node *stmt)
-{
-	ListCell   *lc;
-
-	if (!IsA(stmt, DropStmt) || ((DropStmt *) stmt)->removeType != OBJECT_EXTENSION)
-		return false;
-	foreach(lc, ((DropStmt *) stmt)->objects)
-		if (strcmp(strVal(lfirst(lc)), "vq_job") == 0)
-			return true;
-	return false;
+	for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
+		*(int *) arg += slot->executors[i].pid != 0;
 }
 
 /*
- * Stop the executors of a database and keep them stopped for a while, so a
- * statement that needs the database alone can run. Waits (bounded) for them
- * to exit; the launcher restarts them when the pause ends, if the database
- * still exists.
+ * Ask the launcher to stop a database's executors and keep them stopped for
+ * STOP_WAIT_MS; wait (as long, at most) until they have exited.
  */
-static void
-StopDatabaseExecutors(Oid dboid)
+void
+VqRequestStop(Oid dboid)
 {
-	TimestampTz deadline;
+	TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), STOP_WAIT_MS);
 
-	if (!OidIsValid(dboid) || VqShared == NULL)
+	if (VqShared == NULL || !OidIsValid(dboid))
 		return;
-	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), STOP_WAIT_MS);
+	(void) VqWithDatabaseSlot(dboid, LW_EXCLUSIVE, SetStopUntil, &until);
+	VqWakeLauncher();
 	for (;;)
 	{
-		VqDatabaseSlot *slot;
-		int			alive = 0;
+		int			attached = 0;
 
-		LWLockAcquire(VqShared->lock, LW_EXCLUSIVE);
-		slot = VqFindDatabaseSlot(dboid);
-		if (slot != NULL)
-		{
-			slot->paused_until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), STOP_WAIT_MS);
-			for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
-			{
-				if (slot->executors[i].pid == 0)
-					continue;
-				alive++;
-				kill(slot->executors[i].pid, SIGTERM);
-			}
-		}
-		LWLockRelease(VqShared->lock);
-
-		if (alive == 0 || GetCurrentTimestamp() >= deadline)
+		(void) VqWithDatabaseSlot(dboid, LW_SHARED, CountAttached, &attached);
+		if (attached == 0 || GetCurrentTimestamp() >= until)
 			break;
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 20, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
@@ -489,101 +573,36 @@ StopDatabaseExecutors(Oid dboid)
 	}
 }
 
-/* Lift the pause StopDatabaseExecutors put on a database. */
-static void
-ResumeDatabaseExecutors(Oid dboid)
+/* Lift a stop request (InvalidOid: none), and have the launcher look around. */
+void
+VqRequestResume(Oid dboid)
 {
-	VqDatabaseSlot *slot;
+	TimestampTz none = 0;
 
 	if (VqShared == NULL)
 		return;
-	LWLockAcquire(VqShared->lock, LW_EXCLUSIVE);
-	slot = VqFindDatabaseSlot(dboid);
-	if (slot != NULL)
-		slot->paused_until = 0;
-	LWLockRelease(VqShared->lock);
-}
-
-/* The database a utility statement needs to itself, or InvalidOid. */
-static Oid
-DatabaseNeededAlone(Node *stmt)
-{
-	ListCell   *lc;
-
-	switch (nodeTag(stmt))
-	{
-		case T_DropdbStmt:
-			return get_database_oid(((DropdbStmt *) stmt)->dbname, true);
-		case T_CreatedbStmt:
-			foreach(lc, ((CreatedbStmt *) stmt)->options)
-			{
-				DefElem    *opt = lfirst(lc);
-
-				if (strcmp(opt->defname, "template") == 0 && opt->arg != NULL)
-					return get_database_oid(defGetString(opt), true);
-			}
-			return InvalidOid;
-		case T_RenameStmt:
-			if (((RenameStmt *) stmt)->renameType == OBJECT_DATABASE)
-				return get_database_oid(((RenameStmt *) stmt)->subname, true);
-			return InvalidOid;
-		case T_AlterDatabaseStmt:
-			foreach(lc, ((AlterDatabaseStmt *) stmt)->options)
-			{
-				DefElem    *opt = lfirst(lc);
-
-				if (strcmp(opt->defname, "tablespace") == 0)
-					return get_database_oid(((AlterDatabaseStmt *) stmt)->dbname, true);
-			}
-			return InvalidOid;
-		default:
-			return InvalidOid;
-	}
-}
-
-/* ProcessUtility hook: get vq_job's executors out of the way of database-level statements. */
-static void
-VqProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
-				 ProcessUtilityContext context, ParamListInfo params,
-				 QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc)
-{
-	Node	   *stmt = pstmt->utilityStmt;
-	Oid			dboid = DatabaseNeededAlone(stmt);
-
 	if (OidIsValid(dboid))
-		StopDatabaseExecutors(dboid);
-	if (DropsThisExtension(stmt))
-	{
-		RegisterWakeupCallback();
-		wake_executors_at_commit = true;
-	}
-
-	PG_TRY();
-	{
-		if (prev_process_utility)
-			prev_process_utility(pstmt, queryString, readOnlyTree, context, params, queryEnv, dest, qc);
-		else
-			standard_ProcessUtility(pstmt, queryString, readOnlyTree, context, params, queryEnv, dest, qc);
-	}
-	PG_FINALLY();
-	{
-		/*
-		 * When the statement's transaction ends (it commits after this hook
-		 * returns), lift the pause, except for a dropped database, and let the
-		 * launcher look again.
-		 */
-		if (OidIsValid(dboid) || IsA(stmt, CreatedbStmt))
-		{
-			RegisterWakeupCallback();
-			if (!IsA(stmt, DropdbStmt))
-				resume_at_commit = dboid;
-			wake_launcher_at_end = true;
-		}
-	}
-	PG_END_TRY();
+		(void) VqWithDatabaseSlot(dboid, LW_EXCLUSIVE, SetStopUntil, &none);
+	VqWakeLauncher();
 }
 
-/* Register the launcher and the utility hook (from _PG_init). */
+/* An executor tells the launcher whether it found the extension (see launcher.h). */
+void
+VqReportExtension(VqDatabaseSlot *slot, VqExtensionFound found, uint64 seen_at)
+{
+	bool		news;
+
+	LWLockAcquire(slot->lock, LW_EXCLUSIVE);
+	news = slot->request.extension != found || slot->request.extension_seen_at != seen_at ||
+		(found == VQ_EXT_PRESENT && slot->state != VQ_DB_ACTIVE);
+	slot->request.extension = found;
+	slot->request.extension_seen_at = seen_at;
+	LWLockRelease(slot->lock);
+	if (news)
+		VqWakeLauncher();
+}
+
+/* Register the launcher (from _PG_init). */
 void
 VqLauncherInit(void)
 {
@@ -598,7 +617,4 @@ VqLauncherInit(void)
 	strlcpy(worker.bgw_name, "vq_job launcher", BGW_MAXLEN);
 	strlcpy(worker.bgw_type, "vq_job launcher", BGW_MAXLEN);
 	RegisterBackgroundWorker(&worker);
-
-	prev_process_utility = ProcessUtility_hook;
-	ProcessUtility_hook = VqProcessUtility;
 }

@@ -23,7 +23,9 @@
 #include "context.h"
 #include "enqueue.h"
 #include "registry.h"
+#include "roles.h"
 #include "vq_job.h"
+#include "wakeup.h"
 
 PG_FUNCTION_INFO_V1(vq_outbox_publish);
 PG_FUNCTION_INFO_V1(vq_outbox_publish_to);
@@ -61,7 +63,7 @@ InsertRow(VqRegistry *registry, const char *type, const char *destination, Funct
 	nulls[5] = PG_ARGISNULL(scheduled_arg) ? 'n' : ' ';
 	values[6] = ObjectIdGetDatum(GetUserId());
 
-	VqBecomeOwner(registry, &saved);
+	VqBecomeOwner(registry->owner, &saved);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "vq_job: SPI_connect failed");
 	if (insert_plan == NULL)
@@ -82,7 +84,7 @@ InsertRow(VqRegistry *registry, const char *type, const char *destination, Funct
 	VqRestoreUser(&saved);
 
 	/* the relay runs in the executors: wake them at commit (or at the row's time) */
-	VqNoteOutboxDue(PG_ARGISNULL(scheduled_arg) ? GetCurrentTimestamp() : PG_GETARG_TIMESTAMPTZ(scheduled_arg));
+	VqWakeRelayAtCommit(PG_ARGISNULL(scheduled_arg) ? GetCurrentTimestamp() : PG_GETARG_TIMESTAMPTZ(scheduled_arg));
 	return id;
 }
 

@@ -23,6 +23,8 @@
 #include "backoff.h"
 #include "enqueue.h"
 #include "executor.h"
+#include "outcome.h"
+#include "wakeup.h"
 #include "spi_util.h"
 #include "vq_job.h"
 
@@ -235,7 +237,7 @@ VqPersistFailure(VqJob *job, VqOutcome *outcome, VqQueue *queue, TimestampTz now
 
 	/* the retry is a due time the executors must not sleep past */
 	if (written > 0 && retry)
-		VqNoteJobDue(next_at);
+		(void) VqWakeForJobAtCommit(next_at, queue ? queue->wake_hint : 0);
 	return written > 0;
 }
 
@@ -274,7 +276,7 @@ ExecutorAlive(int pid, TimestampTz started_at)
 {
 	bool		alive = false;
 
-	LWLockAcquire(VqShared->lock, LW_SHARED);
+	LWLockAcquire(VqMyDatabaseSlot->lock, LW_SHARED);
 	for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
 	{
 		VqExecutorSlot *e = &VqMyDatabaseSlot->executors[i];
@@ -282,7 +284,7 @@ ExecutorAlive(int pid, TimestampTz started_at)
 		if (e->pid == pid && e->started_at == started_at)
 			alive = true;
 	}
-	LWLockRelease(VqShared->lock);
+	LWLockRelease(VqMyDatabaseSlot->lock);
 	return alive;
 }
 
@@ -407,22 +409,22 @@ VqFlushProgress(void)
 	Datum		values[4];
 	int			n = 0;
 
-	LWLockAcquire(VqShared->lock, LW_SHARED);
+	LWLockAcquire(VqMyDatabaseSlot->lock, LW_SHARED);
 	for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
 	{
-		VqExecutorSlot *e = &VqMyDatabaseSlot->executors[i];
+		VqRunningJob job;
 
-		if (e->pid == 0 || !e->running ||
-			(e->progress_total < 0 && e->progress_succeeded == 0 && e->progress_failed == 0))
+		if (VqMyDatabaseSlot->executors[i].pid == 0 || !VqReadRunningJob(&VqMyDatabaseSlot->executors[i], &job) ||
+			(job.progress_total < 0 && job.progress_succeeded == 0 && job.progress_failed == 0))
 			continue;
-		memcpy(&uuids[n], &e->execution_id, sizeof(pg_uuid_t));
+		memcpy(&uuids[n], &job.execution_id, sizeof(pg_uuid_t));
 		ids[n] = UUIDPGetDatum(&uuids[n]);
-		totals[n] = Int64GetDatum(Max(e->progress_total, 0));
-		succeeded[n] = Int64GetDatum(e->progress_succeeded);
-		failed[n] = Int64GetDatum(e->progress_failed);
+		totals[n] = Int64GetDatum(Max(job.progress_total, 0));
+		succeeded[n] = Int64GetDatum(job.progress_succeeded);
+		failed[n] = Int64GetDatum(job.progress_failed);
 		n++;
 	}
-	LWLockRelease(VqShared->lock);
+	LWLockRelease(VqMyDatabaseSlot->lock);
 	if (n == 0)
 		return;
 

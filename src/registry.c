@@ -27,6 +27,7 @@
 #include "utils/snapmgr.h"
 
 #include "registry.h"
+#include "roles.h"
 #include "shmem.h"
 #include "spi_util.h"
 
@@ -272,8 +273,7 @@ static VqRegistry *
 BuildRegistry(void)
 {
 	VqRegistry *reg;
-	Oid			save_userid;
-	int			save_sec_context;
+	VqSavedUser saved;
 
 	/* built under the transaction's context: an error frees a half-built copy with it */
 	registry_context = AllocSetContextCreate(CurTransactionContext, "vq_job registry",
@@ -281,8 +281,7 @@ BuildRegistry(void)
 	reg = MemoryContextAllocZero(registry_context, sizeof(VqRegistry));
 	reg->mcxt = registry_context;
 
-	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID, save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	VqBecomeSuperuser(&saved);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "vq_job: SPI_connect failed");
 	LoadOwner(reg);
@@ -290,7 +289,7 @@ BuildRegistry(void)
 	LoadHandlers(reg);
 	LoadDestinations(reg);
 	SPI_finish();
-	SetUserIdAndSecContext(save_userid, save_sec_context);
+	VqRestoreUser(&saved);
 	MemoryContextSetParent(reg->mcxt, CacheMemoryContext);
 	registry_context = NULL;
 	return reg;
@@ -373,19 +372,4 @@ VqReportUnregisteredHandler(VqRegistry *reg, const char *name)
 	ereport(ERROR,
 			(errcode(ERRCODE_VQ_HANDLER_NOT_REGISTERED),
 			 errmsg("handler \"%s\" is not registered; registered handlers: %s", name, names.data)));
-}
-
-/* Run vq_job's own SQL as the extension owner. */
-void
-VqBecomeOwner(VqRegistry *reg, VqSavedUser *saved)
-{
-	GetUserIdAndSecContext(&saved->userid, &saved->sec_context);
-	SetUserIdAndSecContext(reg->owner, saved->sec_context | SECURITY_LOCAL_USERID_CHANGE);
-}
-
-/* Switch back to the caller's identity. */
-void
-VqRestoreUser(VqSavedUser *saved)
-{
-	SetUserIdAndSecContext(saved->userid, saved->sec_context);
 }

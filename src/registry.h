@@ -91,14 +91,4 @@ extern VqDestination *VqLookupDestination(VqRegistry *registry, const char *type
 /* Raise the "handler is not registered" error, listing registered names. */
 extern void VqReportUnregisteredHandler(VqRegistry *registry, const char *name) pg_attribute_noreturn();
 
-/* Run vq_job's own SQL as the extension owner, then switch back. */
-typedef struct VqSavedUser
-{
-	Oid			userid;
-	int			sec_context;
-} VqSavedUser;
-
-extern void VqBecomeOwner(VqRegistry *registry, VqSavedUser *saved);
-extern void VqRestoreUser(VqSavedUser *saved);
-
 #endif							/* VQ_REGISTRY_H */

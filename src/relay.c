@@ -3,8 +3,7 @@
  *
  * It claims (FOR UPDATE SKIP LOCKED, in publication order) only rows it can
  * serve: DELAYED_JOB rows whose target is one of vq_supported_target_ids(),
- * NOTIFY rows, and rows of registered destination types. Per row, exactly the
- * seed's rules:
+ * NOTIFY rows, and rows of registered destination types. Per row, these rules:
  *  - target not registered (any more)      -> UNRESOLVABLE: retried with backoff;
  *  - delivery snapshot missing / malformed -> PERMANENT: FAILED, kept to inspect;
  *  - the job is built from the snapshot (never re-resolved) with run_at =
@@ -42,9 +41,12 @@
 
 #include "compat.h"
 #include "enqueue.h"
-#include "executor.h"
+#include "dispatch.h"
+#include "relay.h"
+#include "roles.h"
 #include "spi_util.h"
 #include "vq_job.h"
+#include "wakeup.h"
 
 /* Backoff of retryable / unresolvable rows: 1 s doubling per attempt, at most 5 minutes. */
 #define RELAY_BACKOFF_BASE_MS 1000
@@ -229,7 +231,6 @@ DeliverCustom(VqRegistry *registry, OutboxRow *row, char **message)
 	bool		isnull;
 	char	   *status;
 	Datum		msg;
-	int			nestlevel;
 
 	if (dest == NULL)
 	{
@@ -245,7 +246,7 @@ DeliverCustom(VqRegistry *registry, OutboxRow *row, char **message)
 		publish_result_type = DatumGetObjectId(DirectFunctionCall1(regtypein, CStringGetDatum("vq.publish_result")));
 
 	/* like a handler: as the publisher, under the execution timeout and the shutdown grace */
-	nestlevel = VqEnterUserRole(row->published_by, &as_user);
+	VqEnterUserCode(row->published_by, &as_user);
 	VqWatchBegin();
 	{
 		LOCAL_FCINFO(fcinfo, 4);
@@ -268,7 +269,7 @@ DeliverCustom(VqRegistry *registry, OutboxRow *row, char **message)
 							format_procedure(dest->fn))));
 	}
 	VqWatchEnd(true);
-	VqLeaveUserRole(nestlevel, &as_user);
+	VqLeaveUserCode(&as_user);
 
 	rec = DatumGetHeapTupleHeader(result);
 	desc = lookup_rowtype_tupdesc(publish_result_type, -1);
@@ -375,7 +376,7 @@ RecordUndelivered(OutboxRow *row, RelayResult result, const char *message, Times
 								  4, (Oid[]) {INT8OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}),
 							 values, NULL, false, 0) != SPI_OK_UPDATE)
 			elog(ERROR, "vq_job: recording an outbox retry failed");
-		VqNoteJobDue(DatumGetTimestampTz(values[3]));
+		(void) VqWakeForJobAtCommit(DatumGetTimestampTz(values[3]), 0);
 	}
 }
 

@@ -17,7 +17,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-#include "executor.h"
+#include "retention.h"
 #include "spi_util.h"
 #include "vq_job.h"
 

@@ -1,9 +1,7 @@
 /*
  * shmem.c: vq_job's shared memory. Requested at preload time, initialised once
- * by the postmaster. Workers claim a slot for their database and publish their
- * latch there; a committing enqueuer finds the slot by database OID and sets
- * the latch (or lowers the slot's next-due time), so a worker wakes at commit
- * without any NOTIFY in the enqueuing transaction.
+ * by the postmaster: the launcher's identity, and one slot per served database
+ * with a lock of its own. Who writes which field is written down in shmem.h.
  */
 #include "postgres.h"
 
@@ -17,9 +15,7 @@
 
 VqSharedState *VqShared = NULL;
 
-#if PG_VERSION_NUM >= 150000
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
-#endif
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 /* Bytes of shared memory vq_job needs. */
@@ -30,16 +26,34 @@ VqShmemSize(void)
 					mul_size(vq_max_databases, sizeof(VqDatabaseSlot)));
 }
 
-/* Ask for our shared memory and LWLock. */
+/* Ask for our shared memory and LWLocks: one for slot assignment, one per database slot. */
 static void
 VqShmemRequest(void)
 {
-#if PG_VERSION_NUM >= 150000
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
-#endif
 	RequestAddinShmemSpace(VqShmemSize());
-	RequestNamedLWLockTranche("vq_job", 1);
+	RequestNamedLWLockTranche("vq_job", 1 + vq_max_databases);
+}
+
+/* Set up one database slot (free). */
+static void
+InitDatabaseSlot(VqDatabaseSlot *slot, LWLock *lock)
+{
+	memset(slot, 0, sizeof(VqDatabaseSlot));
+	slot->lock = lock;
+	slot->dboid = InvalidOid;
+	slot->state = VQ_DB_FREE;
+	pg_atomic_init_u64(&slot->wake_count, 0);
+	pg_atomic_init_u64(&slot->relay_wake_count, 0);
+	pg_atomic_init_u64(&slot->next_due, (uint64) VQ_NO_NEXT_DUE);
+	pg_atomic_init_u32(&slot->due_queue_hint, 0);
+	pg_atomic_init_u64(&slot->extension_generation, 0);
+	for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
+	{
+		pg_atomic_init_u64(&slot->cancel_seq[i], 0);
+		pg_atomic_init_u32(&slot->executors[i].sleeping, 0);
+	}
 }
 
 /* Create or attach to the shared state. */
@@ -55,22 +69,14 @@ VqShmemStartup(void)
 	VqShared = ShmemInitStruct("vq_job", VqShmemSize(), &found);
 	if (!found)
 	{
-		VqShared->lock = &(GetNamedLWLockTranche("vq_job"))->lock;
+		LWLockPadded *locks = GetNamedLWLockTranche("vq_job");
+
+		VqShared->lock = &locks[0].lock;
 		VqShared->launcher_pid = 0;
 		VqShared->launcher_latch = NULL;
 		VqShared->nslots = vq_max_databases;
 		for (int i = 0; i < vq_max_databases; i++)
-		{
-			VqDatabaseSlot *slot = &VqShared->slots[i];
-
-			memset(slot, 0, sizeof(VqDatabaseSlot));
-			slot->dboid = InvalidOid;
-			slot->state = VQ_DB_FREE;
-			pg_atomic_init_u64(&slot->wake_count, 0);
-			pg_atomic_init_u64(&slot->relay_wake_count, 0);
-			pg_atomic_init_u64(&slot->next_due, (uint64) VQ_NO_NEXT_DUE);
-			pg_atomic_init_u32(&slot->due_queue_hint, 0);
-		}
+			InitDatabaseSlot(&VqShared->slots[i], &locks[1 + i].lock);
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -79,37 +85,10 @@ VqShmemStartup(void)
 void
 VqShmemInit(void)
 {
-#if PG_VERSION_NUM >= 150000
 	prev_shmem_request_hook = shmem_request_hook;
 	shmem_request_hook = VqShmemRequest;
-#else
-	VqShmemRequest();
-#endif
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = VqShmemStartup;
-}
-
-/*
- * Set the latch of one sleeping executor of the slot (caller holds the lock).
- * One is enough: the counters it reads tell it what changed, an executor that
- * claims a full batch wakes the next one, and a busy executor reads the
- * counters before it sleeps again. (An executor announces it sleeps, issues a
- * barrier, then rereads the counters; the waker bumps a counter, an atomic
- * with a full barrier, then looks for sleepers: one of the two sees the other.)
- */
-static void
-WakeOneExecutor(VqDatabaseSlot *slot)
-{
-	for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
-	{
-		VqExecutorSlot *e = &slot->executors[i];
-
-		if (e->pid != 0 && e->latch != NULL && e->sleeping)
-		{
-			SetLatch(e->latch);
-			return;
-		}
-	}
 }
 
 /* A queue name's hash for due_queue_hint (never 0). */
@@ -131,71 +110,67 @@ VqFindDatabaseSlot(Oid dboid)
 	return NULL;
 }
 
+/* Run fn on a database's slot under its lock (see shmem.h). */
+bool
+VqWithDatabaseSlot(Oid dboid, LWLockMode mode, void (*fn) (VqDatabaseSlot *slot, void *arg), void *arg)
+{
+	VqDatabaseSlot *slot;
+
+	if (VqShared == NULL)
+		return false;
+	LWLockAcquire(VqShared->lock, LW_SHARED);
+	slot = VqFindDatabaseSlot(dboid);
+	if (slot != NULL)
+	{
+		LWLockAcquire(slot->lock, mode);
+		fn(slot, arg);
+		LWLockRelease(slot->lock);
+	}
+	LWLockRelease(VqShared->lock);
+	return slot != NULL;
+}
+
 /*
- * Tell the executors of a database that work was committed. Due work bumps the
- * wake counter; future work lowers next_due to the earliest instant known.
- * Either way a sleeping executor's latch is set so it re-plans its sleep. A
- * database without running executors has nothing to wake: they poll on start.
+ * The executor starts writing its running job: readers that see an odd
+ * count, or a count that moved while they copied, copy again. No error may
+ * interrupt a write (a reader would spin forever), hence the critical section.
  */
 void
-VqWakeDatabase(Oid dboid, bool due_now, TimestampTz next_due, uint32 queue_hint)
+VqBeginJobWrite(VqExecutorSlot *e)
 {
-	VqDatabaseSlot *slot;
-
-	if (VqShared == NULL)
-		return;
-
-	LWLockAcquire(VqShared->lock, LW_SHARED);
-	slot = VqFindDatabaseSlot(dboid);
-	if (slot != NULL)
-	{
-		if (due_now)
-		{
-			if (queue_hint != 0)
-				pg_atomic_write_u32(&slot->due_queue_hint, queue_hint);
-			pg_atomic_fetch_add_u64(&slot->wake_count, 1);
-		}
-		else
-		{
-			uint64		cur = pg_atomic_read_u64(&slot->next_due);
-			TimestampTz now = GetCurrentTimestamp();
-
-			/* lower next_due to ours unless it is already earlier (and still ahead) */
-			while (((int64) cur > next_due || (int64) cur <= now) &&
-				   !pg_atomic_compare_exchange_u64(&slot->next_due, &cur, (uint64) next_due))
-				;
-		}
-		WakeOneExecutor(slot);
-	}
-	LWLockRelease(VqShared->lock);
+	START_CRIT_SECTION();
+	((volatile VqExecutorSlot *) e)->changecount++;
+	pg_write_barrier();
 }
 
-/* Tell the executors of a database that outbox rows due now were committed. */
+/* The executor is done writing its running job. */
 void
-VqWakeRelay(Oid dboid)
+VqEndJobWrite(VqExecutorSlot *e)
 {
-	VqDatabaseSlot *slot;
-
-	if (VqShared == NULL)
-		return;
-	LWLockAcquire(VqShared->lock, LW_SHARED);
-	slot = VqFindDatabaseSlot(dboid);
-	if (slot != NULL)
-	{
-		pg_atomic_fetch_add_u64(&slot->relay_wake_count, 1);
-		WakeOneExecutor(slot);
-	}
-	LWLockRelease(VqShared->lock);
+	pg_write_barrier();
+	((volatile VqExecutorSlot *) e)->changecount++;
+	Assert((e->changecount & 1) == 0);
+	END_CRIT_SECTION();
 }
 
-/* Wake the launcher (e.g. after CREATE EXTENSION commits in this database). */
-void
-VqWakeLauncher(void)
+/* A consistent copy of another executor's running job; false when it runs none. */
+bool
+VqReadRunningJob(VqExecutorSlot *e, VqRunningJob *copy)
 {
-	if (VqShared == NULL)
-		return;
-	LWLockAcquire(VqShared->lock, LW_SHARED);
-	if (VqShared->launcher_latch != NULL)
-		SetLatch(VqShared->launcher_latch);
-	LWLockRelease(VqShared->lock);
+	volatile VqExecutorSlot *v = e;
+
+	for (;;)
+	{
+		uint32		before = v->changecount;
+		uint32		after;
+
+		pg_read_barrier();
+		memcpy(copy, (const void *) &v->job, sizeof(VqRunningJob));
+		pg_read_barrier();
+		after = v->changecount;
+		if (before == after && (before & 1) == 0)
+			break;
+		CHECK_FOR_INTERRUPTS();
+	}
+	return copy->running;
 }

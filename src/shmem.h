@@ -1,8 +1,23 @@
 /*
- * shmem.h: vq_job's shared state. One slot per served database, assigned by
- * the launcher; inside it one entry per executor process. Committing
- * enqueuers wake the database's executors through it; executors publish what
- * they run (for vq.running_jobs and claim-capacity accounting) through it.
+ * shmem.h: vq_job's shared state, and who owns each piece of it.
+ *
+ * One slot per served database, assigned by the launcher; inside it one entry
+ * per executor process. Every field has one writer, or is a request box that
+ * others write and one process reads:
+ *
+ *  - VqShared->launcher_*: the launcher, under VqShared->lock.
+ *  - slot->dboid: the launcher, under VqShared->lock (finding a database's
+ *    slot takes it in shared mode).
+ *  - slot->state, state_since: the launcher, under the slot's lock.
+ *  - slot->request: requests to the launcher (stop the executors until a
+ *    time; what an executor found when it looked for the extension), written
+ *    by whoever asks, under the slot's lock; the launcher acts on them.
+ *  - slot->wake_count, relay_wake_count, next_due, due_queue_hint,
+ *    extension_generation: atomics moved by committing backends (wakeup.c),
+ *    read by the executors.
+ *  - slot->cancel_seq[i]: a request box to executor i (vq_cancel writes the
+ *    sequence number of the run to flag; executor i reads it).
+ *  - slot->executors[i]: executor i only (see VqExecutorSlot).
  */
 #ifndef VQ_SHMEM_H
 #define VQ_SHMEM_H
@@ -26,51 +41,82 @@
 typedef enum VqDatabaseState
 {
 	VQ_DB_FREE = 0,				/* slot unused */
-	VQ_DB_STARTING,				/* launcher started the first executor; extension not yet checked */
+	VQ_DB_STARTING,				/* executor 0 started; the extension not yet found */
 	VQ_DB_NO_EXTENSION,			/* the database has no vq_job: recheck later or when woken */
 	VQ_DB_ACTIVE				/* the extension is there; executors serve it */
 } VqDatabaseState;
 
-/* One executor process and what it is doing (all fields under the database slot's lock). */
+/* What an executor found when it looked for the extension. */
+typedef enum VqExtensionFound
+{
+	VQ_EXT_NOT_LOOKED = 0,
+	VQ_EXT_PRESENT,
+	VQ_EXT_ABSENT				/* not installed, or installed at another version */
+} VqExtensionFound;
+
+/* Requests to the launcher about one database (under the slot's lock). */
+typedef struct VqLauncherRequest
+{
+	TimestampTz stop_until;		/* keep the executors stopped until then (0: no request) */
+	VqExtensionFound extension;	/* what the last executor to look found */
+	uint64		extension_seen_at;	/* extension_generation when it looked */
+} VqLauncherRequest;
+
+/*
+ * The job an executor runs now. Written by that executor only, with the
+ * changecount protocol (VqBeginJobWrite / VqEndJobWrite); read by others
+ * without a lock through VqReadRunningJob.
+ */
+typedef struct VqRunningJob
+{
+	bool		running;
+	uint64		seq;			/* names this run for cancel requests (unique per executor slot) */
+	pg_uuid_t	execution_id;
+	char		handler[VQ_NAME_MAX + 1];
+	int32		attempt_number;
+	TimestampTz started_at;
+	int64		progress_total; /* -1: not set */
+	int64		progress_succeeded;
+	int64		progress_failed;
+} VqRunningJob;
+
+/* One executor process; every field is written by that executor only. */
 typedef struct VqExecutorSlot
 {
+	/* identity, set at start and cleared at exit, under the slot's lock */
 	int			pid;			/* 0 when the entry is free */
 	TimestampTz started_at;		/* with pid, identifies this incarnation in vq.job.worker_* */
 	Latch	   *latch;
-	bool		check_extension;	/* DROP EXTENSION committed: look at once */
-	bool		sleeping;		/* waiting on its latch: the one to wake for new work */
-	/* claim accounting: rows this executor has claimed and not finished, and their queue */
-	char		queue[VQ_NAME_MAX + 1];
-	int			claimed;
-	/* the job running now, if any */
-	bool		running;
-	pg_uuid_t	execution_id;
-	char		handler[VQ_NAME_MAX + 1];
-	int			attempt_number;
-	TimestampTz job_started_at;
-	bool		cancel_requested;
-	int64		progress_total;
-	int64		progress_succeeded;
-	int64		progress_failed;
+	/* waiting on its latch: the one to wake for new work (read without a lock, see wakeup.c) */
+	pg_atomic_uint32 sleeping;
+	/* claim accounting, under the slot's lock (a claim reads every executor's count at once) */
+	char		queue[VQ_NAME_MAX + 1];	/* the queue of its claimed jobs */
+	int			claimed;		/* jobs claimed (or reserved) and not finished */
+	char		capacity_wait[VQ_NAME_MAX + 1];	/* a queue it found at capacity ('' = none) */
+	/* the job running now: changecount protocol */
+	uint32		changecount;
+	VqRunningJob job;
 } VqExecutorSlot;
 
 typedef struct VqDatabaseSlot
 {
+	LWLock	   *lock;			/* this database's lock (see the ownership notes above) */
 	Oid			dboid;			/* InvalidOid when free */
 	VqDatabaseState state;
 	TimestampTz state_since;
-	TimestampTz paused_until;	/* a utility statement needs the database alone until then */
-	char		capacity_wait[VQ_NAME_MAX + 1];	/* a queue an executor found at capacity ('' = none) */
+	VqLauncherRequest request;
 	pg_atomic_uint64 wake_count;	/* commits that enqueued due work */
 	pg_atomic_uint64 relay_wake_count;	/* commits that published outbox rows due now */
 	pg_atomic_uint64 next_due;	/* earliest future scheduled_at enqueued (TimestampTz) */
 	pg_atomic_uint32 due_queue_hint;	/* VqQueueHash of a queue that just got due jobs (0: none) */
+	pg_atomic_uint64 extension_generation;	/* CREATE / DROP EXTENSION vq_job commits */
+	pg_atomic_uint64 cancel_seq[VQ_MAX_EXECUTORS];	/* run to flag cancelled, per executor */
 	VqExecutorSlot executors[VQ_MAX_EXECUTORS];
 } VqDatabaseSlot;
 
 typedef struct VqSharedState
 {
-	LWLock	   *lock;			/* protects slot assignment and every field not atomic */
+	LWLock	   *lock;			/* slot assignment and the launcher's identity */
 	int			launcher_pid;
 	Latch	   *launcher_latch;
 	int			nslots;
@@ -88,13 +134,18 @@ extern uint32 VqQueueHash(const char *queue);
 /* The slot of a database, or NULL (caller holds VqShared->lock). */
 extern VqDatabaseSlot *VqFindDatabaseSlot(Oid dboid);
 
-/* Tell the executors of a database that work was committed: due now, or at next_due. */
-extern void VqWakeDatabase(Oid dboid, bool due_now, TimestampTz next_due, uint32 queue_hint);
+/*
+ * Run fn(slot, arg) on a database's slot while holding VqShared->lock (shared)
+ * and the slot's lock in the given mode; returns false (without calling fn)
+ * when the database has no slot.
+ */
+extern bool VqWithDatabaseSlot(Oid dboid, LWLockMode mode,
+							   void (*fn) (VqDatabaseSlot *slot, void *arg), void *arg);
 
-/* Tell the executors of a database that outbox rows due now were committed. */
-extern void VqWakeRelay(Oid dboid);
-
-/* Wake the launcher (e.g. after CREATE EXTENSION commits in this database). */
-extern void VqWakeLauncher(void);
+/* The changecount protocol for VqExecutorSlot.job (writer: the executor itself). */
+extern void VqBeginJobWrite(VqExecutorSlot *e);
+extern void VqEndJobWrite(VqExecutorSlot *e);
+/* A consistent copy of another executor's running job (false: none running). */
+extern bool VqReadRunningJob(VqExecutorSlot *e, VqRunningJob *copy);
 
 #endif							/* VQ_SHMEM_H */

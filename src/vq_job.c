@@ -11,6 +11,7 @@
 
 #include "compat.h"
 #include "context.h"
+#include "guard.h"
 #include "launcher.h"
 #include "registry.h"
 #include "shmem.h"
@@ -126,4 +127,5 @@ _PG_init(void)
 	VqShmemInit();
 	VqRegistryInit();
 	VqLauncherInit();
+	VqGuardInit();
 }

@@ -4,6 +4,9 @@
 #      the other runs slow jobs inline (so its transactions last), a session that tries to
 #      lock the long job's row with NOWAIT every 50 ms never finds it locked, and the long job
 #      is recorded COMPLETED as soon as its handler returns.
+#   2. the execution-timeout watch is one timer armed for the deadline: a handler sleeping
+#      for 3 s is not woken in between (its process makes a handful of voluntary context
+#      switches in 2 s, not one per 50 ms).
 set -euo pipefail
 . "$(dirname "$0")/lib/common.sh"
 
@@ -60,4 +63,20 @@ assert_sql "SELECT finished_at - started_at < interval '7.5 s' FROM vq.job WHERE
 wait_for "SELECT count(*) = 26 FROM vq.job WHERE handler = 'eq_busy' AND state = 'COMPLETED'" 30 \
     "every eq_busy job COMPLETED"
 
+# ---- 2. one timer for the execution deadline ------------------------------------------------
+log "2. a handler sleeping 3 s is not woken by a watch timer"
+reset_config vq.inline_handler_ms   # eq_long (7 s) is claimed visibly again: it shows its pid
+id="$(q "SELECT vq_enqueue('eq_long', '{\"secs\": 3}')")"
+wait_for "SELECT state = 'RUNNING' AND worker_pid IS NOT NULL FROM vq.job WHERE execution_id = '$id'" 10 \
+    "the sleeping job RUNNING"
+pid="$(q "SELECT worker_pid FROM vq.job WHERE execution_id = '$id'")"
+switches() { awk '/^voluntary_ctxt_switches/ { print $2 }' "/proc/$pid/status"; }
+before="$(switches)"
+sleep 2
+after="$(switches)"
+q "SELECT 1 FROM vq.job WHERE execution_id = '$id' AND state = 'RUNNING'" | grep -q 1 ||
+    fail "the sleeping job ended before the 2-s sample was over"
+(((after - before) <= 10)) ||
+    fail "the executor running a sleeping handler woke $((after - before)) times in 2 s (a periodic watch timer?)"
+wait_for "SELECT state = 'COMPLETED' FROM vq.job WHERE execution_id = '$id'" 10 "the sleeping job COMPLETED"
 log "PASS"

@@ -1,0 +1,343 @@
+/*
+ * claim.c: choosing what an executor claims.
+ *
+ * Polling. Each queue is polled every sleep_delay_ms; while a queue is empty
+ * the interval doubles up to 4x, capped at 60 s, and resets when work is
+ * found. A committed due enqueue (or a due time that passed) makes every
+ * queue due for a poll at once. Queues are visited in a rotating order, so
+ * that one busy queue cannot starve the others; an executor just woken from
+ * sleep looks first at the queue the wake-up named (the common case of one
+ * job enqueued into an idle system) instead of polling empty queues before
+ * it; busy executors do not sleep, so they keep the plain rotation.
+ *
+ * Capacity. A queue runs at most instances x max_concurrent_jobs jobs at
+ * once, counted across the database's executors in shared memory: before a
+ * claim, an executor reserves room under the database slot's lock (its own
+ * "claimed" count, which the other executors read there), and lowers the
+ * count as its jobs finish. Announced NOTIFY jobs hold capacity too (they
+ * are counted in the table). An executor that finds a queue at capacity
+ * says so in its entry; one whose jobs of that queue finish wakes it.
+ *
+ * The claim takes up to min(vq.batch_size, room) due jobs, highest priority
+ * first then earliest scheduled_at, FOR UPDATE SKIP LOCKED, so no two
+ * executors ever hold the same job.
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/jsonb.h"
+#include "utils/memutils.h"
+
+#include "claim.h"
+#include "executor.h"
+#include "job.h"
+#include "outcome.h"
+#include "spi_util.h"
+#include "vq_job.h"
+#include "wakeup.h"
+
+/* Local polling schedule of one queue. */
+typedef struct QueuePoll
+{
+	char		name[VQ_NAME_MAX + 1];	/* hash key */
+	int			delay_ms;		/* current interval: base, doubled while empty */
+	TimestampTz next_poll;
+	bool		seen;
+} QueuePoll;
+
+static HTAB *queue_polls = NULL;
+static int	queue_rotation = 0;
+static SPIPlanPtr claim_plan = NULL;
+
+/* Set up this executor's polling schedule (once per executor). */
+void
+VqClaimInit(void)
+{
+	HASHCTL		ctl;
+
+	ctl.keysize = VQ_NAME_MAX + 1;
+	ctl.entrysize = sizeof(QueuePoll);
+	queue_polls = hash_create("vq_job queue polls", 16, &ctl, HASH_ELEM | HASH_STRINGS);
+}
+
+/* Bring the local polling schedule in line with the configured queues. */
+void
+VqSyncQueuePolls(VqRegistry *registry, TimestampTz now)
+{
+	HASH_SEQ_STATUS seq;
+	QueuePoll  *p;
+	VqQueue    *q;
+
+	hash_seq_init(&seq, queue_polls);
+	while ((p = hash_seq_search(&seq)) != NULL)
+		p->seen = false;
+	hash_seq_init(&seq, registry->queue_hash);
+	while ((q = hash_seq_search(&seq)) != NULL)
+	{
+		bool		found;
+
+		p = hash_search(queue_polls, q->name, HASH_ENTER, &found);
+		if (!found)
+		{
+			p->delay_ms = q->sleep_delay_ms;
+			p->next_poll = now;
+		}
+		p->seen = true;
+	}
+	hash_seq_init(&seq, queue_polls);
+	while ((p = hash_seq_search(&seq)) != NULL)
+		if (!p->seen)
+			hash_search(queue_polls, p->name, HASH_REMOVE, NULL);
+}
+
+/* Poll every queue at once. */
+void
+VqPollAllNow(TimestampTz now)
+{
+	HASH_SEQ_STATUS seq;
+	QueuePoll  *p;
+
+	hash_seq_init(&seq, queue_polls);
+	while ((p = hash_seq_search(&seq)) != NULL)
+		p->next_poll = now;
+}
+
+/* When the next queue poll is due (now + 60 s at the latest). */
+TimestampTz
+VqNextQueuePoll(TimestampTz now)
+{
+	TimestampTz next = TimestampTzPlusMilliseconds(now, 60000);
+	HASH_SEQ_STATUS seq;
+	QueuePoll  *p;
+
+	hash_seq_init(&seq, queue_polls);
+	while ((p = hash_seq_search(&seq)) != NULL)
+		next = Min(next, p->next_poll);
+	return next;
+}
+
+/* After a poll: reset the interval when work was found, else double it (up to 4x base, 60 s). */
+static void
+Reschedule(QueuePoll *p, VqQueue *q, bool found_work, TimestampTz now)
+{
+	if (found_work)
+	{
+		p->delay_ms = q->sleep_delay_ms;
+		p->next_poll = now;
+		return;
+	}
+	p->next_poll = TimestampTzPlusMilliseconds(now, p->delay_ms);
+	p->delay_ms = Min(Min((int64) p->delay_ms * 2, (int64) q->sleep_delay_ms * 4), 60000);
+}
+
+/*
+ * Reserve room for up to want jobs of a queue whose capacity is cap; returns
+ * how many may be claimed (the reservation is this executor's "claimed"
+ * count until it is lowered again) and, in *others, how many the other
+ * executors hold.
+ */
+static int
+ReserveCapacity(const char *queue, int cap, int want, int *others)
+{
+	VqExecutorSlot *me = VqMyExecutorSlot;
+	int			n;
+
+	*others = 0;
+	LWLockAcquire(VqMyDatabaseSlot->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
+	{
+		VqExecutorSlot *e = &VqMyDatabaseSlot->executors[i];
+
+		if (e != me && e->pid != 0 && e->claimed > 0 && strcmp(e->queue, queue) == 0)
+			*others += e->claimed;
+	}
+	n = Max(0, Min(want, cap - *others));
+	strlcpy(me->queue, queue, sizeof(me->queue));
+	me->claimed = n;
+	strlcpy(me->capacity_wait, n == 0 ? queue : "", sizeof(me->capacity_wait));
+	LWLockRelease(VqMyDatabaseSlot->lock);
+	return n;
+}
+
+/* Set this executor's count of claimed, unfinished jobs (see claim.h). */
+void
+VqSetClaimed(int n, bool jobs_finished)
+{
+	VqExecutorSlot *me = VqMyExecutorSlot;
+	bool		someone_waits = false;
+
+	LWLockAcquire(VqMyDatabaseSlot->lock, LW_EXCLUSIVE);
+	if (jobs_finished && n < me->claimed)
+	{
+		for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
+		{
+			VqExecutorSlot *e = &VqMyDatabaseSlot->executors[i];
+
+			if (e != me && e->pid != 0 && strcmp(e->capacity_wait, me->queue) == 0)
+				someone_waits = true;
+		}
+	}
+	me->claimed = n;
+	LWLockRelease(VqMyDatabaseSlot->lock);
+	if (someone_waits)
+		VqWakeExecutors(VqMyDatabase, true, 0, 0);
+}
+
+/*
+ * How many jobs of a queue this executor may claim now (0: at capacity, or
+ * paused). Leaves that many reserved.
+ */
+static int
+RoomInQueue(VqRegistry *registry, VqQueue *queue)
+{
+	int			cap = queue->instances * queue->max_concurrent_jobs;
+	int			others;
+	int			room = ReserveCapacity(queue->name, cap, vq_batch_size, &others);
+
+	if (room > 0 && registry->has_notify_handlers)
+	{
+		/*
+		 * Announced NOTIFY jobs hold capacity too. Counted after the
+		 * reservation: another executor's announcements are then either in
+		 * its reservation or already committed, never missed.
+		 */
+		room = Min(room, Max(0, cap - others - VqExternalInFlight(queue)));
+		if (room == 0)
+			VqSetClaimed(0, false);
+	}
+	return room;
+}
+
+/* Copy one claimed row out of SPI memory (into the current memory context). */
+static VqJob *
+CopyJob(HeapTuple tup, TupleDesc desc)
+{
+	VqJob	   *job = palloc0(sizeof(VqJob));
+	bool		isnull;
+	Datum		d;
+
+	memcpy(&job->execution_id, DatumGetUUIDP(SPI_getbinval(tup, desc, 1, &isnull)), sizeof(pg_uuid_t));
+	job->job_id = SPI_getvalue(tup, desc, 2);
+	job->handler = SPI_getvalue(tup, desc, 3);
+	job->address = SPI_getvalue(tup, desc, 4);
+	job->queue = SPI_getvalue(tup, desc, 5);
+	job->priority = DatumGetInt32(SPI_getbinval(tup, desc, 6, &isnull));
+	job->attempt_number = DatumGetInt32(SPI_getbinval(tup, desc, 7, &isnull));
+	job->max_attempts = DatumGetInt32(SPI_getbinval(tup, desc, 8, &isnull));
+	job->scheduled_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 9, &isnull));
+	d = SPI_getbinval(tup, desc, 10, &isnull);
+	job->payload = isnull ? NULL : DatumGetJsonbPCopy(d);
+	job->metadata = DatumGetJsonbPCopy(SPI_getbinval(tup, desc, 11, &isnull));
+	job->enqueued_by = DatumGetObjectId(SPI_getbinval(tup, desc, 12, &isnull));
+	return job;
+}
+
+/* Claim up to n due jobs of a queue (row locks only); returns them in claim order, in mcxt. */
+static List *
+ClaimJobs(VqQueue *queue, int n, TimestampTz now, MemoryContext mcxt)
+{
+	Datum		values[3];
+	List	   *jobs = NIL;
+	MemoryContext old;
+
+	values[0] = queue->name_datum;
+	values[1] = TimestampTzGetDatum(now);
+	values[2] = Int32GetDatum(n);
+	if (SPI_execute_plan(VqKeepPlan(&claim_plan,
+								  "SELECT execution_id, job_id, handler, handler_address, queue, priority,"
+								  " attempt_number, max_attempts, scheduled_at, payload, metadata, enqueued_by"
+								  " FROM vq.job"
+								  " WHERE queue OPERATOR(pg_catalog.=) $1"
+								  " AND state OPERATOR(pg_catalog.=) 'ENQUEUED'::vq.job_state"
+								  " AND scheduled_at OPERATOR(pg_catalog.<=) $2"
+								  " ORDER BY priority DESC, scheduled_at"
+								  " LIMIT $3 FOR UPDATE SKIP LOCKED",
+								  3, (Oid[]) {TEXTOID, TIMESTAMPTZOID, INT4OID}),
+						 values, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "vq_job: claim failed");
+
+	old = MemoryContextSwitchTo(mcxt);
+	for (uint64 i = 0; i < SPI_processed; i++)
+		jobs = lappend(jobs, CopyJob(SPI_tuptable->vals[i], SPI_tuptable->tupdesc));
+	MemoryContextSwitchTo(old);
+	return jobs;
+}
+
+/*
+ * The queues in the order to visit them: rotating, with the queue the last
+ * wake-up named (if use_hint) moved to the front. Returns how many.
+ */
+static int
+VisitOrder(bool use_hint, QueuePoll ***order_out)
+{
+	int			nqueues = hash_get_num_entries(queue_polls);
+	QueuePoll **order = palloc(sizeof(QueuePoll *) * Max(nqueues, 1));
+	QueuePoll **rotated = palloc(sizeof(QueuePoll *) * Max(nqueues, 1));
+	uint32		hint = use_hint ? pg_atomic_exchange_u32(&VqMyDatabaseSlot->due_queue_hint, 0) : 0;
+	HASH_SEQ_STATUS seq;
+	QueuePoll  *p;
+	int			i = 0;
+
+	hash_seq_init(&seq, queue_polls);
+	while ((p = hash_seq_search(&seq)) != NULL)
+		order[i++] = p;
+	queue_rotation++;
+	for (int k = 0; k < nqueues; k++)
+		rotated[k] = order[(k + queue_rotation) % nqueues];
+	for (int k = 1; hint != 0 && k < nqueues; k++)
+	{
+		if (VqQueueHash(rotated[k]->name) == hint)
+		{
+			QueuePoll  *tmp = rotated[0];
+
+			rotated[0] = rotated[k];
+			rotated[k] = tmp;
+			break;
+		}
+	}
+	*order_out = rotated;
+	return nqueues;
+}
+
+/* Claim from the first queue that is due for a poll and has due jobs and room (see claim.h). */
+bool
+VqClaimNext(VqRegistry *registry, TimestampTz now, bool use_hint, MemoryContext mcxt, VqClaim *claim)
+{
+	QueuePoll **order;
+	int			nqueues = VisitOrder(use_hint, &order);
+
+	claim->queue = NULL;
+	claim->jobs = NIL;
+	for (int k = 0; k < nqueues; k++)
+	{
+		QueuePoll  *poll = order[k];
+		VqQueue    *queue = VqLookupQueue(registry, poll->name);
+		int			room;
+
+		if (queue == NULL || poll->next_poll > now)
+			continue;
+		/* a paused queue costs a look per sleep_delay_ms, like one at capacity */
+		room = queue->paused ? 0 : RoomInQueue(registry, queue);
+		if (room == 0)
+		{
+			/* at capacity: whoever frees room wakes us; until then, poll as usual */
+			poll->next_poll = TimestampTzPlusMilliseconds(now, queue->sleep_delay_ms);
+			continue;
+		}
+		claim->jobs = ClaimJobs(queue, room, now, mcxt);
+		Reschedule(poll, queue, claim->jobs != NIL, now);
+		VqSetClaimed(list_length(claim->jobs), false);
+		if (claim->jobs == NIL)
+			continue;
+		claim->queue = queue;
+		/* a full batch: more may be due; let another executor help */
+		if (list_length(claim->jobs) == room)
+			VqWakeExecutors(VqMyDatabase, true, 0, 0);
+		return true;
+	}
+	return false;
+}

@@ -1,0 +1,28 @@
+/*
+ * dispatch.h: running one job's handler (a function in a subtransaction, as
+ * the enqueuing role, under the execution timeout; or an announcement to a
+ * NOTIFY consumer).
+ */
+#ifndef VQ_DISPATCH_H
+#define VQ_DISPATCH_H
+
+#include "job.h"
+
+/* Set up the handler function cache and the execution timeout (once per executor). */
+extern void VqDispatchInit(void);
+
+/* Run a function handler in a subtransaction; fills in the outcome. */
+extern void VqRunFunctionHandler(VqJob *job, VqOutcome *outcome);
+
+/* Mark a NOTIFY handler's job RUNNING and announce it on its channel. */
+extern void VqDispatchNotify(VqJob *job, const char *channel);
+
+/*
+ * Arm the execution timeout around user code (a handler, a destination
+ * function); disarm it. When the code returned normally, a cancel that came
+ * too late is dropped.
+ */
+extern void VqWatchBegin(void);
+extern void VqWatchEnd(bool returned_normally);
+
+#endif							/* VQ_DISPATCH_H */

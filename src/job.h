@@ -1,0 +1,55 @@
+/*
+ * job.h: a claimed job and what came of running it, as the executor's files
+ * (executor.c, dispatch.c, outcome.c, jobapi.c, relay.c) and the consumer
+ * replies (consumer.c) pass them around.
+ */
+#ifndef VQ_JOB_STRUCT_H
+#define VQ_JOB_STRUCT_H
+
+#include "postgres.h"
+
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+#include "utils/uuid.h"
+
+/* One claimed job, copied out of SPI memory. */
+typedef struct VqJob
+{
+	pg_uuid_t	execution_id;
+	char	   *job_id;
+	char	   *handler;
+	char	   *address;
+	char	   *queue;
+	int32		priority;
+	int32		attempt_number;
+	int32		max_attempts;
+	TimestampTz scheduled_at;
+	Jsonb	   *payload;		/* NULL when the payload is SQL NULL */
+	Jsonb	   *metadata;
+	Oid			enqueued_by;
+	bool		running;		/* claimed visibly: RUNNING is committed */
+	TimestampTz updated_at;		/* as read, when an outcome must find the row unchanged (else 0) */
+} VqJob;
+
+typedef enum VqOutcomeKind
+{
+	VQ_OUTCOME_COMPLETED,
+	VQ_OUTCOME_FAILED,			/* the handler raised an error: consumes an attempt */
+	VQ_OUTCOME_ABANDONED		/* interrupted (timeout, dead executor, stop): also consumes an attempt */
+} VqOutcomeKind;
+
+typedef struct VqOutcome
+{
+	VqOutcomeKind kind;
+	char	   *error;			/* FAILED / ABANDONED */
+	bool		permanent;		/* FAILED for good: no retry whatever the attempts left */
+	int64		duration_us;
+	TimestampTz started_at;		/* when the handler was called */
+	bool		wrote;			/* the handler's subtransaction got an XID */
+	int64		progress_total;
+	int64		progress_succeeded;
+	int64		progress_failed;
+	bool		has_progress;
+} VqOutcome;
+
+#endif							/* VQ_JOB_STRUCT_H */

@@ -1,0 +1,19 @@
+/*
+ * jobapi.h: the running job as the functions a handler calls (vq_log,
+ * progress, vq_job_cancelled) and vq.running_jobs see it.
+ */
+#ifndef VQ_JOBAPI_H
+#define VQ_JOBAPI_H
+
+#include "job.h"
+
+/* A job starts in this executor: publish it, start an empty log. */
+extern void VqJobApiBegin(VqJob *job);
+
+/* It ends: take its progress into the outcome, unpublish it. */
+extern void VqJobApiEnd(VqOutcome *outcome);
+
+/* Write the job's buffered log lines (in the caller's transaction, connected to SPI). */
+extern void VqFlushJobLogs(VqJob *job);
+
+#endif							/* VQ_JOBAPI_H */

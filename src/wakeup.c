@@ -1,0 +1,271 @@
+/*
+ * wakeup.c: the one way vq_job wakes its processes.
+ *
+ * A transaction notes what it made due (a job now or at a future time,
+ * outbox rows, the extension created or dropped); when it commits, one
+ * callback moves the database slot's counters and sets latches. Nothing
+ * happens on abort or PREPARE (the executors find prepared work at their next
+ * poll), and the enqueuing transaction takes no NOTIFY lock, so enqueue keeps
+ * INSERT speed.
+ *
+ * The callback runs in the last resource-release phase of the top-level
+ * commit, not at XACT_EVENT_COMMIT: PostgreSQL sends the transaction's catalog
+ * invalidations (a REVOKE, a replaced handler) between the two, and a worker
+ * woken earlier could claim the job and still see the old catalog. Locks are
+ * released by then too, so a woken worker never waits on ours.
+ *
+ * Waking one executor is enough: the counters it reads tell it what changed,
+ * an executor that claims a full batch wakes the next one, and a busy
+ * executor reads the counters before it sleeps again. An executor announces
+ * that it sleeps, issues a barrier, then rereads the counters; a waker moves
+ * a counter (an atomic with a full barrier), then looks for sleepers: one of
+ * the two sees the other, so no wake-up is lost.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/resowner.h"
+
+#include "launcher.h"
+#include "shmem.h"
+#include "wakeup.h"
+
+PG_FUNCTION_INFO_V1(vq_wake_executors);
+PG_FUNCTION_INFO_V1(vq_launcher_wakeup);
+
+/* What this transaction noted, for its end. */
+static bool callbacks_registered = false;
+static bool due_at_commit = false;
+static uint32 queue_hint_at_commit = 0;	/* VqQueueHash of the last queue given due jobs */
+static TimestampTz next_due_at_commit = VQ_NO_NEXT_DUE;
+static bool relay_at_commit = false;
+static bool extension_changed_at_commit = false;
+static bool resume_at_end = false;
+static Oid	resume_database = InvalidOid;
+
+/* Forget what this transaction noted. */
+static void
+ForgetNotes(void)
+{
+	due_at_commit = false;
+	queue_hint_at_commit = 0;
+	next_due_at_commit = VQ_NO_NEXT_DUE;
+	relay_at_commit = false;
+	extension_changed_at_commit = false;
+	resume_at_end = false;
+	resume_database = InvalidOid;
+}
+
+/* Set the latch of one sleeping executor of the slot (caller holds the slot's lock). */
+static void
+WakeOneExecutor(VqDatabaseSlot *slot)
+{
+	for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
+	{
+		VqExecutorSlot *e = &slot->executors[i];
+
+		if (e->pid != 0 && e->latch != NULL && pg_atomic_read_u32(&e->sleeping))
+		{
+			SetLatch(e->latch);
+			return;
+		}
+	}
+}
+
+/* What a wake-up tells a database's executors. */
+typedef struct WakeUp
+{
+	bool		due_now;		/* work is due now (else at next_due) */
+	TimestampTz next_due;
+	uint32		queue_hint;		/* VqQueueHash of the queue with the work (0: unknown) */
+	bool		relay;			/* outbox rows are due now */
+	bool		extension_changed;	/* vq_job was created or dropped */
+} WakeUp;
+
+/* Lower the slot's next-due time to t, replacing a value that has already passed. */
+static void
+LowerNextDue(VqDatabaseSlot *slot, TimestampTz t)
+{
+	uint64		cur = pg_atomic_read_u64(&slot->next_due);
+	TimestampTz now = GetCurrentTimestamp();
+
+	while (((int64) cur > t || (int64) cur <= now) &&
+		   !pg_atomic_compare_exchange_u64(&slot->next_due, &cur, (uint64) t))
+		;
+}
+
+/*
+ * Move the slot's counters as the wake-up says, then set the latch of one
+ * sleeping executor (of every executor when the extension changed: each
+ * must look).
+ */
+static void
+WakeSlot(VqDatabaseSlot *slot, void *arg)
+{
+	WakeUp	   *w = arg;
+
+	if (w->extension_changed)
+		pg_atomic_fetch_add_u64(&slot->extension_generation, 1);
+	else if (w->relay)
+		pg_atomic_fetch_add_u64(&slot->relay_wake_count, 1);
+	else if (w->due_now)
+	{
+		if (w->queue_hint != 0)
+			pg_atomic_write_u32(&slot->due_queue_hint, w->queue_hint);
+		pg_atomic_fetch_add_u64(&slot->wake_count, 1);
+	}
+	else
+		LowerNextDue(slot, w->next_due);
+
+	if (!w->extension_changed)
+		WakeOneExecutor(slot);
+	else
+		for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
+			if (slot->executors[i].pid != 0 && slot->executors[i].latch != NULL)
+				SetLatch(slot->executors[i].latch);
+}
+
+/*
+ * Tell the executors of a database that work is due now (the wake counter)
+ * or at next_due (the slot's next-due time), and set the latch of one that
+ * sleeps. A database without running executors has nothing to wake: they
+ * poll everything when they start.
+ */
+void
+VqWakeExecutors(Oid dboid, bool due_now, TimestampTz next_due, uint32 queue_hint)
+{
+	WakeUp		w = {.due_now = due_now, .next_due = next_due, .queue_hint = queue_hint};
+
+	(void) VqWithDatabaseSlot(dboid, LW_SHARED, WakeSlot, &w);
+}
+
+/* Wake the launcher. */
+void
+VqWakeLauncher(void)
+{
+	if (VqShared == NULL)
+		return;
+	LWLockAcquire(VqShared->lock, LW_SHARED);
+	if (VqShared->launcher_latch != NULL)
+		SetLatch(VqShared->launcher_latch);
+	LWLockRelease(VqShared->lock);
+}
+
+/* End of a top-level transaction (after its locks are released): act on what it noted. */
+static void
+WakeupReleaseCallback(ResourceReleasePhase phase, bool isCommit, bool isTopLevel, void *arg)
+{
+	if (phase != RESOURCE_RELEASE_AFTER_LOCKS || !isTopLevel)
+		return;
+	if (isCommit)
+	{
+		if (due_at_commit)
+			VqWakeExecutors(MyDatabaseId, true, 0, queue_hint_at_commit);
+		if (next_due_at_commit != VQ_NO_NEXT_DUE)
+			VqWakeExecutors(MyDatabaseId, false, next_due_at_commit, 0);
+		if (relay_at_commit)
+			(void) VqWithDatabaseSlot(MyDatabaseId, LW_SHARED, WakeSlot, &(WakeUp) {.relay = true});
+		if (extension_changed_at_commit)
+		{
+			(void) VqWithDatabaseSlot(MyDatabaseId, LW_SHARED, WakeSlot, &(WakeUp) {.extension_changed = true});
+			VqWakeLauncher();
+		}
+	}
+	if (resume_at_end)
+		VqRequestResume(resume_database);
+	ForgetNotes();
+}
+
+/* PREPARE TRANSACTION: the prepared work is found at the next poll; nothing to do at its end. */
+static void
+WakeupXactCallback(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_PREPARE)
+	{
+		bool		resume = resume_at_end;
+		Oid			database = resume_database;
+
+		ForgetNotes();
+		resume_at_end = resume;
+		resume_database = database;
+	}
+}
+
+/* Register this module's end-of-transaction callbacks (once per backend). */
+static void
+RegisterCallbacks(void)
+{
+	if (!callbacks_registered)
+	{
+		RegisterXactCallback(WakeupXactCallback, NULL);
+		RegisterResourceReleaseCallback(WakeupReleaseCallback, NULL);
+		callbacks_registered = true;
+	}
+}
+
+/* At commit: a job becomes due at scheduled_at (in the queue queue_hint names); returns whether now. */
+bool
+VqWakeForJobAtCommit(TimestampTz scheduled_at, uint32 queue_hint)
+{
+	RegisterCallbacks();
+	if (scheduled_at <= GetCurrentTimestamp())
+	{
+		due_at_commit = true;
+		if (queue_hint != 0)
+			queue_hint_at_commit = queue_hint;
+		return true;
+	}
+	if (scheduled_at < next_due_at_commit)
+		next_due_at_commit = scheduled_at;
+	return false;
+}
+
+/* At commit: outbox rows become due at scheduled_at (a future row is a due time like a job's). */
+void
+VqWakeRelayAtCommit(TimestampTz scheduled_at)
+{
+	RegisterCallbacks();
+	if (scheduled_at <= GetCurrentTimestamp())
+		relay_at_commit = true;
+	else
+		(void) VqWakeForJobAtCommit(scheduled_at, 0);
+}
+
+/* At commit: vq_job was created or dropped in this database. */
+void
+VqWakeOnExtensionChangeAtCommit(void)
+{
+	RegisterCallbacks();
+	extension_changed_at_commit = true;
+}
+
+/* When this transaction ends: lift the stop requested for a database (InvalidOid: none), wake the launcher. */
+void
+VqResumeDatabaseAtEnd(Oid dboid)
+{
+	RegisterCallbacks();
+	resume_at_end = true;
+	resume_database = dboid;
+}
+
+/*
+ * vq.wake_executors(): the calling transaction made jobs due by other means
+ * than an enqueue (a queue resumed, jobs re-driven): wake the executors at
+ * commit rather than leaving the jobs to the next poll.
+ */
+Datum
+vq_wake_executors(PG_FUNCTION_ARGS)
+{
+	(void) VqWakeForJobAtCommit(GetCurrentTimestamp(), 0);
+	PG_RETURN_VOID();
+}
+
+/* vq.launcher_wakeup(): called by the install script; the database is served as soon as it commits. */
+Datum
+vq_launcher_wakeup(PG_FUNCTION_ARGS)
+{
+	VqWakeOnExtensionChangeAtCommit();
+	PG_RETURN_VOID();
+}
