@@ -2,7 +2,7 @@
 \set ON_ERROR_STOP 1
 \pset footer off
 
-\echo '== configuration: a queue for e-mails and a contract override, in the seed''s JSON shape'
+\echo '== configuration: a queue for e-mails and a contract override, in vq_configure''s JSON shape'
 SELECT vq_configure('{
   "queues":    {"emails": {"sleepDelayMs": 2000, "maxConcurrentJobs": 10, "backoffStrategy": "exponential",
                            "backoffBaseDelayMs": 10000, "backoffMaxDelayMs": 600000}},

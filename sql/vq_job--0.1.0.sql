@@ -61,7 +61,7 @@ CREATE TABLE vq.handler (
         (kind = 'notify' AND channel IS NOT NULL AND fn IS NULL))
 );
 
--- Per-handler configuration overrides (the seed's delayedJob.contracts.{name}.*).
+-- Per-handler configuration overrides (the "contracts" section of a vq_configure document).
 -- A NULL field inherits the handler's default. May name a handler registered later.
 CREATE TABLE vq.contract_override (
     handler       text PRIMARY KEY
@@ -322,7 +322,7 @@ AS 'MODULE_PATHNAME', 'vq_backoff_delay';
 ------------------------------------------------------------------------------
 
 -- Every violation of one queue's settings, each naming the queue and the field.
--- field_names gives the spelling to report (SQL argument names or the seed's JSON keys).
+-- field_names gives the spelling to report (SQL argument names or vq_configure's JSON keys).
 CREATE FUNCTION vq.queue_violations(
     queue_name text, sleep_delay_ms bigint, max_concurrent_jobs bigint, backoff_strategy text,
     backoff_base_delay_ms bigint, backoff_max_delay_ms bigint, instances bigint,
@@ -571,7 +571,7 @@ BEGIN
 END
 $$;
 
--- Apply the seed's configuration shape atomically:
+-- Apply a configuration document atomically:
 -- {"queues": {"<name>": {"sleepDelayMs": ..., ...}}, "contracts": {"<handler>": {"maxAttempts": ..., "queue": ..., "priority": ...}}}
 -- Queues named are created or updated (fields omitted keep their value, or the default for a
 -- new queue); contracts named replace that handler's override. All violations are reported at once.

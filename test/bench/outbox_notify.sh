@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test/bench/outbox_notify.sh — the transactional outbox and NOTIFY consumers (issue 4), measured in
+# test/bench/outbox_notify.sh — the transactional outbox and NOTIFY consumers, measured in
 # one run on one server:
 #
 #   1. publish   publish-to-job latency: 1,000 transactions 10 ms apart (pgbench, one client), each

@@ -69,7 +69,7 @@ NLAT="${BENCH_LATENCY_JOBS:-1000}"
 PARTS="${BENCH_PARTS:-drain latency schedule rescue}"
 [[ "${BENCH_SKIP_RESCUE:-}" == 1 ]] && PARTS="${PARTS//rescue/}"
 DB=vq_bench_workers
-CLAIM=100                    # rows per ceiling transaction (the ceiling)
+CLAIM=100                    # rows per ceiling transaction (the ceiling the goal is set against)
 CEILING_CLAIMS=(100 500)     # 500: context, as many rows per transaction as vq's largest batch
 EXECUTORS=(1 2 3)
 BATCHES=(100 500)

@@ -36,7 +36,7 @@ SELECT results_eq(
     $$SELECT sleep_delay_ms, max_concurrent_jobs, backoff_strategy, backoff_base_delay_ms,
              backoff_max_delay_ms, instances FROM vq.queue WHERE name = 'default'$$,
     $$VALUES (5000, 5, 'LINEAR'::text, 30000, 3600000, 1)$$,
-    'the default queue exists with the seed defaults');
+    'the default queue exists with the vq_create_queue defaults');
 
 -- vq.handler
 SELECT col_is_pk('vq', 'handler', 'name', 'vq.handler is keyed by name');

@@ -1,4 +1,4 @@
--- vq_configure(jsonb): the seed's configuration document. Creates or updates
+-- vq_configure(jsonb): a whole configuration document. Creates or updates
 -- every queue and contract override it names, all or nothing; reports every
 -- violation at once with the JSON key names, naming the queue or contract.
 \set SHOW_CONTEXT never
@@ -29,12 +29,12 @@ EXCEPTION WHEN OTHERS THEN
 END
 $$;
 
--- None of the seed's names exist yet.
-SELECT count(*) AS seed_names_taken FROM vq.queue WHERE name IN ('emails', 'priority');
-SELECT count(*) AS seed_contract_taken FROM vq.contract_override WHERE handler = 'deliver-webhook';
+-- None of the names in the example document (as in README.md) exist yet.
+SELECT count(*) AS example_names_taken FROM vq.queue WHERE name IN ('emails', 'priority');
+SELECT count(*) AS example_contract_taken FROM vq.contract_override WHERE handler = 'deliver-webhook';
 
 -------------------------------------------------------------------------------
--- The seed's document, verbatim: its contract names queue "priority", which it
+-- The example document, verbatim: its contract names queue "priority", which it
 -- does not define, so nothing at all is applied (not even queue "emails").
 -------------------------------------------------------------------------------
 SELECT vq_configure('{"queues": {"emails": {"sleepDelayMs": 2000, "maxConcurrentJobs": 10, "instances": 2,
@@ -71,8 +71,8 @@ SELECT * FROM pg_temp.qs WHERE name = 'default';
 SELECT vq_configure('{"queues": {"cf.new": {"sleepDelayMs": 100, "backoffStrategy": "Exponential"}}}');
 SELECT * FROM pg_temp.qs WHERE name = 'cf.new';
 -- A contract entry is the whole override of that contract: a field it omits
--- inherits the handler's own default (seed: "an omitted field inherits the
--- annotation value rather than a config default").
+-- inherits the handler's own default (the value given at registration), not a
+-- configuration default.
 SELECT vq_configure('{"contracts": {"deliver-webhook": {"priority": 3}}}');
 SELECT handler, queue, priority, max_attempts FROM vq.contract_override WHERE handler = 'deliver-webhook';
 SELECT vq_configure('{"contracts": {"deliver-webhook": {}}}');

@@ -1,4 +1,4 @@
--- Queues and contract overrides: the seeded default queue, vq_create_queue /
+-- Queues and contract overrides: the default queue created at install, vq_create_queue /
 -- vq_alter_queue / vq_drop_queue with their validation (VQ101, VQ004, VQ103),
 -- vq_set_contract_override / vq_drop_contract_override, and the privileges of
 -- these functions (not executable by PUBLIC).
@@ -11,7 +11,7 @@ SELECT name, sleep_delay_ms, max_concurrent_jobs, backoff_strategy,
   FROM vq.queue;
 
 -------------------------------------------------------------------------------
--- The default queue exists from CREATE EXTENSION with the seed defaults.
+-- The default queue exists from CREATE EXTENSION with vq_create_queue's defaults.
 -------------------------------------------------------------------------------
 SELECT * FROM pg_temp.qs WHERE name = 'default';
 

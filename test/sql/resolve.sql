@@ -103,7 +103,7 @@ SELECT count(*) AS none FROM vq_supported_target_ids();
 ROLLBACK;
 
 ------------------------------------------------------------------------------
--- vq_backoff_delay: the seed's table, with base 1000 ms and max 60000 ms.
+-- vq_backoff_delay: the backoff table, with base 1000 ms and max 60000 ms.
 ------------------------------------------------------------------------------
 SELECT n AS attempt,
        vq_backoff_delay('FIXED', 1000, 60000, n) AS fixed,
