@@ -14,9 +14,14 @@ PG_CFLAGS   += -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-in
 # The executors compare it with the installed extension version.
 PG_CPPFLAGS += -DVQ_EXTVERSION=\"$(EXTVERSION)\"
 
-# pg_regress: scripts in test/sql, expected output in expected/ (test/expected links to it).
-REGRESS      = $(patsubst test/sql/%.sql,%,$(sort $(wildcard test/sql/*.sql)))
-REGRESS_OPTS = --inputdir=test --outputdir=test --load-extension=vq_job
+# Tests against a running server with vq_job preloaded (make installcheck; PGHOST, PGPORT
+# and PGUSER say which): pg_regress scripts in test/sql with their expected output in
+# expected/ (test/expected links to it), setup first (it keeps the executors out of the
+# regression database and creates the extension); isolation specs in test/isolation/specs.
+REGRESS      = setup $(filter-out setup,$(patsubst test/sql/%.sql,%,$(sort $(wildcard test/sql/*.sql))))
+REGRESS_OPTS = --inputdir=test --outputdir=test
+ISOLATION    = $(patsubst test/isolation/specs/%.spec,%,$(sort $(wildcard test/isolation/specs/*.spec)))
+ISOLATION_OPTS = --inputdir=test/isolation --outputdir=test/isolation/output
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
@@ -36,10 +41,19 @@ clean: clean-consumer
 clean-consumer:
 	$(MAKE) -C consumer clean
 
-.PHONY: run test bench
+# The same tests on a temporary instance that preloads vq_job (no server needed; PGXS has
+# no "make check" for extensions).
+TEMP_INSTANCE_OPTS = --temp-instance=$(CURDIR)/tmp_check --temp-config=$(CURDIR)/test/temp-instance.conf
+.PHONY: temp-check
+temp-check:
+	$(MAKE) installcheck EXTRA_REGRESS_OPTS="$(TEMP_INSTANCE_OPTS)"
+
+.PHONY: run test bench cassert
 run:
 	./scripts/run
 test:
 	./scripts/test
 bench:
 	./scripts/bench
+cassert:
+	./scripts/cassert

@@ -41,6 +41,7 @@
 #include "access/table.h"
 #include "access/xact.h"
 #include "catalog/indexing.h"
+#include "catalog/pg_db_role_setting.h"
 #include "catalog/pg_extension.h"
 #include "commands/dbcommands.h"
 #include "executor/spi.h"
@@ -52,6 +53,7 @@
 #include "storage/latch.h"
 #include "storage/proc.h"
 #include "tcop/tcopprot.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
@@ -213,18 +215,65 @@ InstalledVersion(void)
 }
 
 /*
+ * Was vq.serve_database turned off for this database (ALTER DATABASE ... SET)?
+ * Read from the catalog, not from our own setting: that was fixed when we
+ * connected.
+ */
+static bool
+ServingTurnedOff(void)
+{
+	Relation	rel = table_open(DbRoleSettingRelationId, AccessShareLock);
+	ScanKeyData keys[2];
+	SysScanDesc scan;
+	HeapTuple	tup;
+	bool		off = false;
+
+	ScanKeyInit(&keys[0], Anum_pg_db_role_setting_setdatabase, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(MyDatabaseId));
+	ScanKeyInit(&keys[1], Anum_pg_db_role_setting_setrole, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(InvalidOid));
+	scan = systable_beginscan(rel, DbRoleSettingDatidRolidIndexId, true, NULL, 2, keys);
+	tup = systable_getnext(scan);
+	if (HeapTupleIsValid(tup))
+	{
+		bool		isnull;
+		Datum		d = heap_getattr(tup, Anum_pg_db_role_setting_setconfig, RelationGetDescr(rel), &isnull);
+		Datum	   *items;
+		int			n;
+
+		if (!isnull)
+		{
+			deconstruct_array(DatumGetArrayTypeP(d), TEXTOID, -1, false, TYPALIGN_INT, &items, NULL, &n);
+			for (int i = 0; i < n; i++)
+			{
+				char	   *item = TextDatumGetCString(items[i]);
+				bool		value;
+
+				if (strncmp(item, "vq.serve_database=", 18) == 0 && parse_bool(item + 18, &value))
+					off = !value;
+			}
+		}
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return off;
+}
+
+/*
  * Look for the extension and tell the launcher what we found. When it is
  * gone, or installed at another version than this library implements (a new
  * library loaded before ALTER EXTENSION vq_job UPDATE, or the other way
- * round: every statement would fail), end the transaction and exit; the
- * launcher looks again later, or at once when CREATE EXTENSION commits.
+ * round: every statement would fail), or the database is not to be served
+ * (vq.serve_database off), end the transaction and exit; the launcher looks
+ * again later, or at once when CREATE EXTENSION commits.
  */
 static void
 CheckExtension(TimestampTz now)
 {
 	uint64		generation = pg_atomic_read_u64(&VqMyDatabaseSlot->extension_generation);
 	char	   *installed = InstalledVersion();
-	bool		present = installed != NULL && strcmp(installed, VQ_EXTVERSION) == 0;
+	bool		turned_off = ServingTurnedOff();
+	bool		present = installed != NULL && strcmp(installed, VQ_EXTVERSION) == 0 && !turned_off;
 
 	extension_generation_seen = generation;
 	last_extension_check = now;
@@ -232,7 +281,11 @@ CheckExtension(TimestampTz now)
 	if (present)
 		return;
 	VqCommitTransaction();
-	if (installed == NULL)
+	if (turned_off)
+		ereport(LOG,
+				(errmsg("vq_job executor %d: vq.serve_database is off for this database; exiting",
+						VqMyExecutorIndex)));
+	else if (installed == NULL)
 		ereport(LOG,
 				(errmsg("vq_job executor %d: extension vq_job is not installed in this database; exiting",
 						VqMyExecutorIndex)));

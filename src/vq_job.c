@@ -31,6 +31,7 @@ char	   *vq_handler_search_path = NULL;
 int			vq_retention_finished_s = 86400;
 int			vq_retention_dead_letter_s = 604800;
 bool		vq_worker_synchronous_commit = true;
+bool		vq_serve_database = true;
 
 void		_PG_init(void);
 
@@ -105,6 +106,11 @@ DefineSettings(void)
 							 "handlers' writes, which were undone with them; nothing is lost or applied twice.",
 							 &vq_worker_synchronous_commit, true,
 							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomBoolVariable("vq.serve_database",
+							 "Whether vq_job's executors serve a database (set it with ALTER DATABASE ... SET).",
+							 "Off: the database's executors exit within a second and none start while it stays off.",
+							 &vq_serve_database, true,
+							 PGC_SUSET, 0, NULL, NULL, NULL);
 	VqContextInit();
 	MarkGUCPrefixReserved("vq");
 }

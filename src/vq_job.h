@@ -47,6 +47,7 @@ extern char *vq_handler_search_path;
 extern int	vq_retention_finished_s;
 extern int	vq_retention_dead_letter_s;
 extern bool vq_worker_synchronous_commit;
+extern bool vq_serve_database;
 
 /* True when name matches ^[a-zA-Z0-9._-]{1,128}$. */
 extern bool vq_valid_name(const char *name, int len);

@@ -3,15 +3,16 @@
 #   (a) 8 sessions released at the same instant (they wait on an advisory lock held by a
 #       coordinator) enqueue the same job_id: one row, and all 8 get its execution_id.
 #       Repeated 5 times.
-#   (b) A enqueues job_id X in an open transaction; B enqueues X and blocks on A.
-#       A commits: B returns A's execution_id. A rolls back: B inserts its own row.
 #   (c) pgbench, 8 clients, 2000 transactions of vq_enqueue / vq_enqueue_many over 50 keys:
 #       no failed transaction, and exactly one unfinished row per job_id.
+# (One session waiting for another's uncommitted id, commit or rollback, is the isolation
+# spec test/isolation/specs/job_id_race.spec.)
 # Jobs are scheduled far in the future so that no worker runs (and finishes) them meanwhile.
 # Runs against $PGDATABASE (a fresh database with vq_job); exits non-zero on failure.
 set -euo pipefail
+# shellcheck source=test/scenarios/lib/common.sh
+. "$(dirname "$0")/lib/common.sh"
 
-: "${PGDATABASE:?PGDATABASE must name a database with vq_job installed}"
 WORK="$(mktemp -d /tmp/vq_sc_job_id.XXXXXX)"
 APP="vqjid$$"                 # application_name prefix of our sessions
 LATER="2999-01-01"            # run_at of every job (no colons: pgbench would read :00 as a variable)
@@ -33,26 +34,6 @@ cleanup() {
     rm -rf "$WORK"
 }
 trap cleanup EXIT
-
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
-log() { printf -- '-- %s\n' "$*"; }
-
-# q SQL: run one statement in a new session, print the unaligned tuples.
-q() {
-    psql -X -q -v ON_ERROR_STOP=1 -At -c "$1"
-}
-
-# wait_for DESCRIPTION SQL: poll SQL (which returns one boolean) until it is true.
-wait_for() {
-    local what="$1" sql="$2" deadline=$((SECONDS + DEADLINE_SECS))
-    until [[ "$(q "$sql")" == t ]]; do
-        ((SECONDS < deadline)) || fail "timed out after ${DEADLINE_SECS}s waiting for: $what"
-        sleep 0.05
-    done
-}
 
 # A long-lived session fed through a fifo: session_start NAME, session_send NAME SQL,
 # session_end NAME (closes its input and waits for it; fails if psql failed).
@@ -106,10 +87,10 @@ race_round() {
     log "(a) round $round: 8 sessions enqueue job_id $jid at once"
     session_start coord
     session_send coord "SELECT pg_advisory_lock($key);"
-    wait_for "the coordinator to hold advisory lock $key" \
-        "SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+    wait_for "SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
                          WHERE l.locktype = 'advisory' AND l.granted AND l.classid = 0 AND l.objid = $key
-                           AND l.objsubid = 1 AND a.application_name = '$APP-coord')"
+                           AND l.objsubid = 1 AND a.application_name = '$APP-coord')" \
+        "$DEADLINE_SECS" "the coordinator to hold advisory lock $key"
     for i in 1 2 3 4 5 6 7 8; do
         PGAPPNAME="$APP-racer" psql -X -q -v ON_ERROR_STOP=1 -At \
             -c "SELECT pg_advisory_lock_shared($key)" \
@@ -118,10 +99,10 @@ race_round() {
         pids+=("$!")
         BG_PIDS+=("$!")
     done
-    wait_for "8 sessions to wait on advisory lock $key" \
-        "SELECT count(*) = 8 FROM pg_locks
+    wait_for "SELECT count(*) = 8 FROM pg_locks
           WHERE locktype = 'advisory' AND NOT granted AND classid = 0 AND objid = $key AND objsubid = 1
-            AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            AND database = (SELECT oid FROM pg_database WHERE datname = current_database())" \
+        "$DEADLINE_SECS" "8 sessions to wait on advisory lock $key"
     session_send coord "SELECT pg_advisory_unlock($key);"
     for i in "${!pids[@]}"; do
         rc=0
@@ -143,52 +124,6 @@ race_round() {
 for round in 1 2 3 4 5; do
     race_round "$round"
 done
-
-# ---------------------------------------------------------------------------
-# (b) B waits for A's open transaction holding the job_id, then follows A's outcome.
-held_by_open_transaction() {
-    local outcome="$1" jid="held-$1" a_id b_id rows bpid rc=0 payload
-    log "(b) A holds job_id $jid in an open transaction; B enqueues it; A then does $outcome"
-    session_start a
-    session_send a "BEGIN;"
-    session_send a "SELECT vq_enqueue('noop', '{\"from\": \"A\"}', '$LATER', job_id => '$jid');"
-    wait_for "A to have enqueued $jid (idle in transaction)" \
-        "SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-                         WHERE datname = current_database() AND application_name = '$APP-a'
-                           AND state = 'idle in transaction' AND query LIKE '%vq_enqueue%')"
-    PGAPPNAME="$APP-b" psql -X -q -v ON_ERROR_STOP=1 -At \
-        -c "SELECT vq_enqueue('noop', '{\"from\": \"B\"}', '$LATER', job_id => '$jid')" \
-        >"$WORK/b-$outcome.out" 2>&1 &
-    bpid=$!
-    BG_PIDS+=("$bpid")
-    wait_for "B to block on a lock held by A" \
-        "SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-                         WHERE datname = current_database() AND application_name = '$APP-b'
-                           AND wait_event_type = 'Lock')"
-    kill -0 "$bpid" 2>/dev/null || fail "B returned while A's transaction was still open: $(cat "$WORK/b-$outcome.out")"
-    [[ -s "$WORK/b-$outcome.out" ]] && fail "B printed a result while A's transaction was still open: $(cat "$WORK/b-$outcome.out")"
-    session_send a "$outcome;"
-    wait "$bpid" || rc=$?
-    BG_PIDS=()
-    ((rc == 0)) || fail "B failed (exit $rc): $(cat "$WORK/b-$outcome.out")"
-    session_end a
-
-    a_id="$(uuid_in "$WORK/a.out")"
-    b_id="$(uuid_in "$WORK/b-$outcome.out")"
-    rows="$(rows_for "$jid")"
-    [[ -n "$rows" && "$(wc -l <<<"$rows")" -eq 1 ]] ||
-        fail "$outcome: expected exactly one vq.job row with job_id $jid, got: ${rows:-none}"
-    payload="$(q "SELECT payload ->> 'from' FROM vq.job WHERE job_id = '$jid'")"
-    if [[ "$outcome" == COMMIT ]]; then
-        [[ "$b_id" == "$a_id" ]] || fail "COMMIT: B got $b_id, expected A's execution_id $a_id"
-        [[ "$rows" == "$a_id" && "$payload" == A ]] || fail "COMMIT: the row holding $jid is $rows ($payload), expected A's $a_id"
-    else
-        [[ "$b_id" != "$a_id" ]] || fail "ROLLBACK: B got A's rolled-back execution_id $a_id"
-        [[ "$rows" == "$b_id" && "$payload" == B ]] || fail "ROLLBACK: the row holding $jid is $rows ($payload), expected B's $b_id"
-    fi
-}
-held_by_open_transaction COMMIT
-held_by_open_transaction ROLLBACK
 
 # ---------------------------------------------------------------------------
 # (c) pgbench: many clients, few keys, single and batch enqueues mixed.

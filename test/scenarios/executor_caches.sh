@@ -18,18 +18,12 @@ OTHER_QUEUE="ec_other_$$"
 cleanup() {
     set +e
     cleanup_configs
-    for r in "$APP" "$OWNER"; do
-        q "DO \$\$ BEGIN
-               IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '$r') THEN
-                   EXECUTE 'DROP OWNED BY \"$r\" CASCADE';
-                   EXECUTE 'DROP ROLE \"$r\"';
-               END IF; END \$\$" >/dev/null
-    done
+    drop_roles "$APP" "$OWNER"
 }
 trap cleanup EXIT
 
 # enqueue_as_app CALL: SELECT CALL as the application role; prints the execution id.
-enqueue_as_app() { psql -XAtq -v ON_ERROR_STOP=1 -c "SET ROLE \"$APP\"" -c "SELECT $1"; }
+enqueue_as_app() { q_as "$APP" "SELECT $1"; }
 # seen TAG: "who|payload was null" recorded by the handler for TAG (empty if it never ran)
 seen() { q "SELECT string_agg(who || '|' || is_null, ',') FROM ec_seen WHERE tag = '$1'"; }
 wait_done() { # EXECUTION_ID WHAT

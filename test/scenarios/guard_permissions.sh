@@ -14,7 +14,7 @@ DB="$PGDATABASE"
 
 cleanup() {
     set +e
-    psql -XAtq -d postgres -c "DROP ROLE IF EXISTS \"$STRANGER\"" -c "DROP ROLE IF EXISTS \"$CREATOR\"" >/dev/null
+    PGDATABASE=postgres drop_roles "$STRANGER" "$CREATOR"
 }
 trap cleanup EXIT
 

@@ -35,12 +35,7 @@ cleanup() {
     for n in "${!CONSUMER_PID[@]}"; do consumer_stop "$n" 2>/dev/null; done
     for n in "${!LISTENER_PID[@]}"; do listener_stop "$n" 2>/dev/null; done
     cleanup_configs
-    for r in "$R_ENQ" "$R_OTHER"; do
-        psql -XAtq -c "DO \$\$ BEGIN
-                IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '$r') THEN
-                    EXECUTE 'DROP OWNED BY \"$r\" CASCADE'; EXECUTE 'DROP ROLE \"$r\"';
-                END IF; END \$\$" >/dev/null 2>&1
-    done
+    drop_roles "$R_ENQ" "$R_OTHER"
     if ((rc != 0)); then
         for f in "$TMPD"/*.log "$TMPD"/*.out; do
             [[ -s "$f" ]] && { echo "---- $f (last 40 lines)"; tail -n 40 "$f"; }
@@ -52,12 +47,6 @@ cleanup() {
 trap cleanup EXIT
 
 # ---- helpers -----------------------------------------------------------------------------
-# q_as ROLE SQL: SQL in a new session after SET ROLE
-q_as() { psql -XAtq -v ON_ERROR_STOP=1 -c "SET ROLE \"$1\"" -c "$2"; }
-
-# job ID: "state|attempt|last_error" (for failure messages)
-job() { q "SELECT state || '|' || attempt_number || '|' || coalesce(last_error, '') FROM vq.job WHERE execution_id = '$1'"; }
-
 # shellcheck source=test/scenarios/lib/listener.sh
 . "$(dirname "$0")/lib/listener.sh"
 
@@ -84,11 +73,6 @@ consumer_stop() {
     kill -KILL "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
     unset "CONSUMER_PID[$name]"
-}
-# transitions ID: "kind:attempt:from>to" of a job, in order, comma-separated
-transitions() {
-    q "SELECT string_agg(kind || ':' || attempt_number || ':' || from_state || '>' || to_state, ',' ORDER BY id)
-         FROM vq.job_transition WHERE execution_id = '$1'"
 }
 
 # The consumers' command: records what it got (execution id, attempt, job id, which
@@ -231,7 +215,7 @@ assert_eq "$expect" "$(q "SELECT bytes || '|' || sha FROM nc_ran WHERE execution
 log "   a failing command: FAILED with its stderr, retried after the backoff, DEAD_LETTER at max_attempts"
 ID_FAIL="$(q "SELECT vq_enqueue('nc_e2e', '{\"fail\": true}', job_id => 'e2e-fail')")"
 wait_for "SELECT state = 'DEAD_LETTER' FROM vq.job WHERE execution_id = '$ID_FAIL'" 15 \
-    "job e2e-fail DEAD_LETTER after 3 failed attempts (now: $(job "$ID_FAIL"))"
+    "job e2e-fail DEAD_LETTER after 3 failed attempts (now: $(job_state "$ID_FAIL"))"
 assert_eq "CLAIMED:0:ENQUEUED>RUNNING,FAILED:0:RUNNING>ENQUEUED,CLAIMED:1:ENQUEUED>RUNNING,FAILED:1:RUNNING>ENQUEUED,CLAIMED:2:ENQUEUED>RUNNING,FAILED:2:RUNNING>DEAD_LETTER" \
     "$(transitions "$ID_FAIL")" "transitions of e2e-fail"
 got="$(q "SELECT string_agg(attempt_number || ':' || (error LIKE 'command exited with status 3%boom at attempt ' || attempt_number || '%'), ',' ORDER BY id)

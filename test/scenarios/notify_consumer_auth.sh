@@ -44,12 +44,7 @@ cleanup() {
     set +e
     for n in "${!LISTENER_PID[@]}"; do listener_stop "$n" 2>/dev/null; done
     cleanup_configs
-    for r in "${ROLES[@]}"; do
-        psql -XAtq -c "DO \$\$ BEGIN
-                IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '$r') THEN
-                    EXECUTE 'DROP OWNED BY \"$r\" CASCADE'; EXECUTE 'DROP ROLE \"$r\"';
-                END IF; END \$\$" >/dev/null 2>&1
-    done
+    drop_roles "${ROLES[@]}"
     if ((rc != 0)); then
         for f in "$TMPD"/*.out "$TMPD"/*.err; do
             [[ -s "$f" ]] && { echo "---- $f (last 20 lines)"; tail -n 20 "$f" | cut -c1-500; }
@@ -61,8 +56,6 @@ cleanup() {
 trap cleanup EXIT
 
 # ---- helpers -----------------------------------------------------------------------------
-# q_as ROLE SQL: SQL in a new session after SET ROLE
-q_as() { psql -XAtq -v ON_ERROR_STOP=1 -c "SET ROLE \"$1\"" -c "$2"; }
 # sql_error ROLE SQL: "SQLSTATE: message" of the error SQL raises as ROLE (fails if it succeeds)
 sql_error() {
     local out
@@ -70,13 +63,6 @@ sql_error() {
         fail "expected an error from [$2] as $1, but it succeeded"
     fi
     sed -n 's/^ERROR:  \([0-9A-Z]\{5\}\): \(.*\)$/\1: \2/p' <<<"$out" | head -n 1
-}
-# job ID: "state|attempt|last_error" (for failure messages)
-job() { q "SELECT state || '|' || attempt_number || '|' || coalesce(last_error, '') FROM vq.job WHERE execution_id = '$1'"; }
-# transitions ID: "kind:attempt:from>to" of a job, in order, comma-separated
-transitions() {
-    q "SELECT string_agg(kind || ':' || attempt_number || ':' || from_state || '>' || to_state, ',' ORDER BY id)
-         FROM vq.job_transition WHERE execution_id = '$1'"
 }
 # soft CMD...: run an assertion in a subshell; on failure count it and go on
 soft() {
@@ -120,10 +106,10 @@ L2="$(q "SELECT vq_enqueue('nc_late2', '{\"late\": 2}', job_id => 'late-2')")"
 listener_wait late "\"execution_id\": \"$L\".*\"attempt\": 0" 10
 assert_eq "$L|0" "$(q "SELECT execution_id || '|' || attempt FROM vq_pull('nc_late', 5)")" "vq_pull of the announced job"
 PULLED_MS="$(q "SELECT round(extract(epoch FROM consumer_claimed_at) * 1000) FROM vq.job WHERE execution_id = '$L'")"
-[[ -n "$PULLED_MS" ]] || fail "consumer_claimed_at not set by vq_pull (job: $(job "$L"))"
+[[ -n "$PULLED_MS" ]] || fail "consumer_claimed_at not set by vq_pull (job: $(job_state "$L"))"
 
 wait_for "SELECT EXISTS (SELECT 1 FROM vq.job_transition WHERE execution_id = '$L' AND kind = 'ABANDONED')" 5 \
-    "attempt 0 of late-1 ABANDONED after no reply for 1 s (job: $(job "$L"))"
+    "attempt 0 of late-1 ABANDONED after no reply for 1 s (job: $(job_state "$L"))"
 got="$(q "SELECT attempt_number || '|' || from_state || '>' || to_state || '|' || error || '|' ||
                  (round(extract(epoch FROM at) * 1000) - $PULLED_MS BETWEEN 1000 AND 3000)
             FROM vq.job_transition WHERE execution_id = '$L' AND kind = 'ABANDONED'")"
@@ -168,7 +154,7 @@ assert_stays "SELECT count(*) || '|' || max(state::text) FROM vq.job_transition 
                WHERE execution_id = '$L'" 1.5 "late-1's history and state after COMPLETED (past another timeout period)"
 
 wait_for "SELECT state = 'DEAD_LETTER' FROM vq.job WHERE execution_id = '$L2'" 8 \
-    "late-2 (announced twice, never pulled, max_attempts 2) DEAD_LETTER (job: $(job "$L2"))"
+    "late-2 (announced twice, never pulled, max_attempts 2) DEAD_LETTER (job: $(job_state "$L2"))"
 assert_eq "CLAIMED:0:ENQUEUED>RUNNING,ABANDONED:0:RUNNING>ENQUEUED,CLAIMED:1:ENQUEUED>RUNNING,ABANDONED:1:RUNNING>DEAD_LETTER" \
     "$(transitions "$L2")" "history of late-2"
 got="$(q "WITH t AS (SELECT kind, attempt_number a, at FROM vq.job_transition WHERE execution_id = '$L2')

@@ -42,11 +42,7 @@ cleanup() {
         wait "$LISTENER_PID" 2>/dev/null
     fi
     cleanup_configs
-    psql -XAtq -c "DROP ROLE IF EXISTS vq_or_gone_$$" >/dev/null 2>&1
-    psql -XAtq -c "DO \$\$ BEGIN
-            IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '$PUB') THEN
-                EXECUTE 'DROP OWNED BY $PUB CASCADE'; EXECUTE 'DROP ROLE $PUB';
-            END IF; END \$\$" >/dev/null 2>&1
+    drop_roles "vq_or_gone_$$" "$PUB"
     if ((rc != 0)) && [[ -s "$TMPD/listener.out" ]]; then
         echo "---- listener output (last 20 lines)"
         tail -n 20 "$TMPD/listener.out"
@@ -57,7 +53,7 @@ cleanup() {
 trap cleanup EXIT
 
 # q_pub SQL: SQL in a new session as the publishing role
-q_pub() { psql -XAtq -v ON_ERROR_STOP=1 -c "SET ROLE $PUB" -c "$1"; }
+q_pub() { q_as "$PUB" "$1"; }
 # row ID: "status|attempts|last_error" of an outbox row (for messages)
 row() { q "SELECT status || '|' || attempts || '|' || coalesce(last_error, '') FROM vq.outbox WHERE id = $1"; }
 # wait_status ID STATUS SECS

@@ -46,15 +46,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# wait_ready SECS: poll pg_isready until the server accepts connections.
-wait_ready() {
-    local deadline=$((SECONDS + $1))
-    until pg_isready -q; do
-        ((SECONDS < deadline)) || fail "the server did not accept connections within $1 s"
-        sleep 0.01
-    done
-}
-
 log "setup: queue, effect table, handler rc_h"
 qs >/dev/null <<'SQL'
 SELECT vq_create_queue('rc_q', sleep_delay_ms => 100, max_concurrent_jobs => 200);

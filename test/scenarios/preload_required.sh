@@ -8,17 +8,14 @@
 #      "vq_job must be loaded via shared_preload_libraries", and nothing is left installed.
 # Exits non-zero on failure.
 set -euo pipefail
+# shellcheck source=test/scenarios/lib/common.sh
+. "$(dirname "$0")/lib/common.sh"
 
 : "${PGHOST:?}" "${PGPORT:?}" "${PGDATABASE:?}" "${VQ_REPO_ROOT:?}"
 # shellcheck source=../../scripts/lib.sh
 . "$VQ_REPO_ROOT/scripts/lib.sh"
 
 MESSAGE="vq_job must be loaded via shared_preload_libraries"
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
-log() { printf -- '-- %s\n' "$*"; }
 
 # expect_error DESCRIPTION SQLSTATE PATTERN -- PSQL-ARGS...: psql must fail, and its
 # (verbose) error output must show SQLSTATE and match the extended regex PATTERN.

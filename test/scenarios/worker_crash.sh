@@ -19,8 +19,8 @@
 #   the first job re-run afterwards completes (visible: a job ABANDONED by that restart).
 # Runs against $PGDATABASE (a fresh database with vq_job); exits non-zero on failure.
 set -euo pipefail
-
-: "${PGDATABASE:?PGDATABASE must name a database with vq_job installed}"
+# shellcheck source=test/scenarios/lib/common.sh
+. "$(dirname "$0")/lib/common.sh"
 : "${VQ_REPO_ROOT:?}" "${VQ_CLUSTER_DATA:?}" "${VQ_CLUSTER_DIR:?}"
 # shellcheck source=scripts/lib.sh
 . "$VQ_REPO_ROOT/scripts/lib.sh"
@@ -29,81 +29,20 @@ NJOBS=5000
 KILL_AT=1000          # effects committed before the executor is killed
 STOP_AT=2500          # effects committed before the immediate stop
 RESCUE_LIMIT_MS=5000  # bound on the rescue time (the goal is 2 s)
-CHANGED_SETTINGS=()
-
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
-# fail_later MESSAGE: report a failure but go on with the other checks; the script fails at the end.
-DEFERRED_FAILURES=()
-fail_later() {
-    echo "FAIL: $*" >&2
-    DEFERRED_FAILURES+=("$*")
-}
-log() { printf -- '-- %s\n' "$*"; }
-
-# q SQL: run SQL in a new session, print the unaligned tuples.
-q() {
-    psql -X -q -v ON_ERROR_STOP=1 -At -c "$1"
-}
-# q_quiet SQL: like q, but prints nothing and fails quietly while the server is unavailable.
-q_quiet() {
-    psql -X -q -v ON_ERROR_STOP=1 -At -c "$1" 2>/dev/null
-}
-
-# wait_for DESCRIPTION SECS SQL: poll SQL (one boolean) until true; errors (server restarting)
-# count as false.
-wait_for() {
-    local what="$1" secs="$2" sql="$3" deadline=$((SECONDS + $2))
-    until [[ "$(q_quiet "$sql" || true)" == t ]]; do
-        ((SECONDS < deadline)) || fail "timed out after ${secs}s waiting for: $what"
-        sleep 0.05
-    done
-}
-
-# wait_ready SECS: poll pg_isready until the server accepts connections.
-wait_ready() {
-    local deadline=$((SECONDS + $1))
-    until pg_isready -q; do
-        ((SECONDS < deadline)) || fail "the server did not accept connections within $1 s"
-        sleep 0.01
-    done
-}
-
-now_s() { date +%s.%N; }
-
-# set_config NAME VALUE: ALTER SYSTEM SET + reload; waits until new sessions see it.
-set_config() {
-    q "ALTER SYSTEM SET $1 = '$2'" >/dev/null
-    q "SELECT pg_reload_conf()" >/dev/null
-    CHANGED_SETTINGS+=("$1")
-    wait_for "$1 = $2 to be in effect" 10 \
-        "SELECT current_setting('$1') = (SELECT setting FROM pg_settings WHERE name = '$1')
-                AND (SELECT setting FROM pg_settings WHERE name = '$1') = '$2'"
-}
-reset_config() {
-    local name
-    for name in "${CHANGED_SETTINGS[@]}"; do
-        q "ALTER SYSTEM RESET $name" >/dev/null
-    done
-    q "SELECT pg_reload_conf()" >/dev/null
-    CHANGED_SETTINGS=()
-}
 
 cleanup() {
     set +e
     if ! pg_isready -q; then
         vq_pg_ctl -l "$VQ_CLUSTER_DIR/server.log" -w -t 60 start >/dev/null 2>&1
     fi
-    ((${#CHANGED_SETTINGS[@]} == 0)) || reset_config
+    cleanup_configs
 }
 trap cleanup EXIT
 
 # executor_pids: the pids of this database's executors, one per line.
 executor_pids() {
-    q_quiet "SELECT pid FROM pg_stat_activity
-              WHERE backend_type = 'vq_job executor' AND datname = current_database() ORDER BY pid" || true
+    q "SELECT pid FROM pg_stat_activity
+        WHERE backend_type = 'vq_job executor' AND datname = current_database() ORDER BY pid" 2>/dev/null || true
 }
 
 # restart_immediate: pg_ctl stop -m immediate, start without waiting, then poll pg_isready
@@ -141,15 +80,15 @@ run_phase() {
          FROM generate_series(1, $NJOBS) i" >/dev/null
 
     # --- SIGKILL of one executor -------------------------------------------
-    wait_for "[$phase] $KILL_AT effects" 60 "SELECT count(*) >= $KILL_AT FROM $effect"
+    wait_for "SELECT count(*) >= $KILL_AT FROM $effect" 60 "[$phase] $KILL_AT effects"
     old_pids="$(executor_pids)"
     [[ -n "$old_pids" ]] || fail "[$phase] no 'vq_job executor' process in pg_stat_activity"
     local victim=""
     if [[ "$phase" == visible ]]; then
         # kill the executor of a slow job committed as RUNNING: that job is surely orphaned
-        wait_for "[$phase] a slow job RUNNING" 30 \
-            "SELECT EXISTS (SELECT 1 FROM vq.job WHERE handler = '$handler' AND state = 'RUNNING'
-                               AND (payload ->> 'slow')::boolean)"
+        wait_for "SELECT EXISTS (SELECT 1 FROM vq.job WHERE handler = '$handler' AND state = 'RUNNING'
+                               AND (payload ->> 'slow')::boolean)" 30 \
+            "[$phase] a slow job RUNNING"
         IFS='|' read -r victim pid < <(q "SELECT execution_id, worker_pid FROM vq.job
                                           WHERE handler = '$handler' AND state = 'RUNNING'
                                             AND (payload ->> 'slow')::boolean LIMIT 1")
@@ -161,9 +100,9 @@ run_phase() {
     t_kill="$(now_s)"
     kill -9 "$pid" || fail "[$phase] could not kill executor $pid"
     # The postmaster notices the death, stops every backend, recovers and restarts them.
-    wait_for "[$phase] executors started after the kill" 60 \
-        "SELECT count(*) > 0 FROM pg_stat_activity WHERE backend_type = 'vq_job executor'
-            AND datname = current_database() AND backend_start > to_timestamp($t_kill)"
+    wait_for "SELECT count(*) > 0 FROM pg_stat_activity WHERE backend_type = 'vq_job executor'
+            AND datname = current_database() AND backend_start > to_timestamp($t_kill)" 60 \
+        "[$phase] executors started after the kill"
     wait_ready 60
     for old in $old_pids; do
         if grep -qx "$old" <<<"$(executor_pids)"; then
@@ -174,17 +113,17 @@ run_phase() {
 
     # --- immediate stop of the whole server ---------------------------------
     if [[ -n "$victim" ]]; then
-        wait_for "[$phase] job $victim (RUNNING on the killed executor $pid) to be ABANDONED" 10 \
-            "SELECT EXISTS (SELECT 1 FROM vq.job_transition WHERE execution_id = '$victim'
-                               AND kind = 'ABANDONED' AND error ~ 'executor process $pid\\M')"
+        wait_for "SELECT EXISTS (SELECT 1 FROM vq.job_transition WHERE execution_id = '$victim'
+                               AND kind = 'ABANDONED' AND error ~ 'executor process $pid\\M')" 10 \
+            "[$phase] job $victim (RUNNING on the killed executor $pid) to be ABANDONED"
     fi
 
-    wait_for "[$phase] $STOP_AT effects" 60 "SELECT count(*) >= $STOP_AT FROM $effect"
+    wait_for "SELECT count(*) >= $STOP_AT FROM $effect" 60 "[$phase] $STOP_AT effects"
     local stop_victim=""
     if [[ "$phase" == visible ]]; then
-        wait_for "[$phase] a slow job RUNNING" 30 \
-            "SELECT EXISTS (SELECT 1 FROM vq.job WHERE handler = '$handler' AND state = 'RUNNING'
-                               AND (payload ->> 'slow')::boolean)"
+        wait_for "SELECT EXISTS (SELECT 1 FROM vq.job WHERE handler = '$handler' AND state = 'RUNNING'
+                               AND (payload ->> 'slow')::boolean)" 30 \
+            "[$phase] a slow job RUNNING"
         stop_victim="$(q "SELECT execution_id FROM vq.job WHERE handler = '$handler' AND state = 'RUNNING'
                             AND (payload ->> 'slow')::boolean LIMIT 1")"
     fi
@@ -193,9 +132,9 @@ run_phase() {
     restart_immediate
     log "[$phase] server accepting connections"
     if [[ -n "$stop_victim" ]]; then
-        wait_for "[$phase] job $stop_victim (RUNNING at the immediate stop) to be ABANDONED" 10 \
-            "SELECT EXISTS (SELECT 1 FROM vq.job_transition WHERE execution_id = '$stop_victim'
-                               AND kind = 'ABANDONED' AND at > to_timestamp($PM_START))"
+        wait_for "SELECT EXISTS (SELECT 1 FROM vq.job_transition WHERE execution_id = '$stop_victim'
+                               AND kind = 'ABANDONED' AND at > to_timestamp($PM_START))" 10 \
+            "[$phase] job $stop_victim (RUNNING at the immediate stop) to be ABANDONED"
         log "[$phase] ABANDONED after the restart: $(q "SELECT count(*) FROM vq.job_transition t JOIN vq.job j USING (execution_id)
               WHERE j.handler = '$handler' AND t.kind = 'ABANDONED' AND t.at > to_timestamp($PM_START)") job(s), the first $(
               q "SELECT round(extract(epoch FROM min(t.at) - to_timestamp($READY_AT)) * 1000)
@@ -216,7 +155,8 @@ run_phase() {
         rescue_sql="SELECT min(c.at) FROM vq.job_transition c JOIN vq.job j USING (execution_id)
                      WHERE j.handler = '$handler' AND c.kind = 'COMPLETED' AND c.at > to_timestamp($PM_START)"
     fi
-    wait_for "[$phase] the first job re-run after the restart to complete" 30 "SELECT ($rescue_sql) IS NOT NULL"
+    wait_for "SELECT ($rescue_sql) IS NOT NULL" 30 \
+        "[$phase] the first job re-run after the restart to complete"
     local rescue_ms
     rescue_ms="$(q "SELECT round(extract(epoch FROM ($rescue_sql) - to_timestamp($READY_AT)) * 1000)")"
     log "[$phase] RESCUE TIME: ${rescue_ms} ms (server accepting connections -> first $([[ $phase == visible ]] && echo orphaned || echo re-due) job completed; goal <= 2000 ms; +-20 ms: the start is seen by polling pg_isready)"
@@ -224,8 +164,8 @@ run_phase() {
         fail_later "[$phase] rescue took ${rescue_ms} ms, expected <= ${RESCUE_LIMIT_MS} ms"
 
     # --- drain ---------------------------------------------------------------
-    wait_for "[$phase] no job ENQUEUED or RUNNING" 90 \
-        "SELECT NOT EXISTS (SELECT 1 FROM vq.job WHERE handler = '$handler' AND state IN ('ENQUEUED', 'RUNNING'))"
+    wait_for "SELECT NOT EXISTS (SELECT 1 FROM vq.job WHERE handler = '$handler' AND state IN ('ENQUEUED', 'RUNNING'))" 90 \
+        "[$phase] no job ENQUEUED or RUNNING"
 
     # --- accounting ----------------------------------------------------------
     local states
@@ -296,10 +236,7 @@ run_phase() {
 run_phase inline
 set_config vq.inline_handler_ms 0
 run_phase visible
-reset_config
+reset_config vq.inline_handler_ms
 
-if ((${#DEFERRED_FAILURES[@]} > 0)); then
-    printf 'FAIL (summary): %s\n' "${DEFERRED_FAILURES[@]}" >&2
-    exit 1
-fi
+fail_summary
 log "PASS: worker crash accounting"

@@ -33,11 +33,6 @@ trap 'exit 130' INT
 
 # ---- helpers -------------------------------------------------------------------------------
 
-# wait_state EID STATE SECS: the job reaches STATE.
-wait_state() {
-    wait_for "SELECT state = '$2' FROM vq.job WHERE execution_id = '$1'" "$3" "job $1 to be $2"
-}
-
 # assert_history EID MODE OUTCOME...: the job's transitions are exactly, attempt by attempt,
 # the given outcomes (KIND:TO_STATE, e.g. FAILED:ENQUEUED), each attempt claimed visibly
 # (CLAIMED then KIND from RUNNING), inline (KIND from ENQUEUED) or either (MODE any).

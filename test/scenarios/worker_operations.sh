@@ -18,7 +18,7 @@ ROLE="vq_ops_stranger_$$"
 on_exit() {
     local rc=$?
     set +e
-    q "DROP ROLE IF EXISTS $ROLE" >/dev/null 2>&1
+    drop_roles "$ROLE"
     cleanup_configs
     exit "$rc"
 }

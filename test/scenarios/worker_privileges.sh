@@ -19,9 +19,10 @@
 #      (vq.executors_per_database = 1 for this part, so both jobs share the executor.)
 # Roles are cluster-wide: they carry this process id and are dropped on exit.
 # Runs against $PGDATABASE (a fresh database with vq_job); exits non-zero on failure.
+# shellcheck disable=SC2119  # qs reads its script from stdin, not from arguments
 set -euo pipefail
-
-: "${PGDATABASE:?PGDATABASE must name a database with vq_job installed}"
+# shellcheck source=test/scenarios/lib/common.sh
+. "$(dirname "$0")/lib/common.sh"
 
 ROLE_A="vq_wp_a_$$"           # plain role with a schema of its own name
 ROLE_B="vq_wp_b_$$"           # plain role without one
@@ -29,55 +30,14 @@ ROLE_GONE="vq_wp_gone_$$"     # dropped before its job runs
 ROLES=("$ROLE_A" "$ROLE_B" "$ROLE_GONE")
 QUEUE=wp_fast                 # short polling and a short FIXED backoff
 BACKOFF_MS=2500
-POOL_CHANGED=0
 
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
-log() { printf -- '-- %s\n' "$*"; }
-
-# q SQL: run SQL as the superuser in a new session; print the unaligned tuples.
-q() { psql -XAtq -v ON_ERROR_STOP=1 -c "$1"; }
-# q_as ROLE SQL: run SQL in a new session after SET ROLE.
-q_as() { psql -XAtq -v ON_ERROR_STOP=1 -c "SET ROLE \"$1\"" -c "$2"; }
-# qs: run the script on stdin in one session (as the superuser).
-qs() { psql -XAtq -v ON_ERROR_STOP=1 -f -; }
-
-# wait_for SQL SECS WHAT [JOB_ID]: poll SQL (returning a boolean) until it is true; on
-# timeout the failure shows the job's state|attempt|last_error if JOB_ID is given.
-wait_for() {
-    local sql="$1" secs="$2" what="$3" id="${4:-}" deadline last=""
-    deadline=$(($(date +%s%N) + secs * 1000000000))
-    while :; do
-        last="$(q "$sql" 2>&1)" || true
-        [[ "$last" == t ]] && return 0
-        (($(date +%s%N) < deadline)) ||
-            fail "timed out after ${secs}s waiting for: $what (last value: '$last'${id:+; job now: $(job "$id")})"
-        sleep 0.05
-    done
-}
-# job ID: "state|attempt_number|last_error" of a job
-job() { q "SELECT state || '|' || attempt_number || '|' || coalesce(last_error, '') FROM vq.job WHERE execution_id = '$1'"; }
-# wait_state ID STATE SECS
-wait_state() {
-    wait_for "SELECT state = '$2' FROM vq.job WHERE execution_id = '$1'" "$3" "job $1 in state $2" "$1"
-}
 # seen TAG FIELD: a field of what the recording handler saw for TAG (empty if it never ran)
 seen() { q "SELECT info ->> '$2' FROM wp_seen WHERE tag = '$1'"; }
 
 cleanup() {
     set +e
-    if ((POOL_CHANGED)); then
-        psql -XAtq -c "ALTER SYSTEM RESET vq.executors_per_database" -c "SELECT pg_reload_conf()" >/dev/null
-    fi
-    for r in "${ROLES[@]}"; do
-        psql -XAtq -c "DO \$\$ BEGIN
-                IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '$r') THEN
-                    EXECUTE 'DROP OWNED BY \"$r\" CASCADE';
-                    EXECUTE 'DROP ROLE \"$r\"';
-                END IF; END \$\$" >/dev/null
-    done
+    cleanup_configs
+    drop_roles "${ROLES[@]}"
 }
 trap cleanup EXIT
 
@@ -186,10 +146,10 @@ id_authid="$(q_as "$ROLE_A" "SELECT vq_enqueue('wp_read_authid', '{}', max_attem
 id_secret="$(q_as "$ROLE_A" "SELECT vq_enqueue('wp_write_secret', '{}', max_attempts => 1)")"
 wait_state "$id_authid" DEAD_LETTER 10
 wait_state "$id_secret" DEAD_LETTER 10
-[[ "$(job "$id_authid")" == "DEAD_LETTER|0|permission denied for table pg_authid" ]] ||
-    fail "reading pg_authid as $ROLE_A: expected 'DEAD_LETTER|0|permission denied for table pg_authid', found '$(job "$id_authid")'"
-[[ "$(job "$id_secret")" == "DEAD_LETTER|0|permission denied for table wp_secret" ]] ||
-    fail "writing wp_secret as $ROLE_A: expected 'DEAD_LETTER|0|permission denied for table wp_secret', found '$(job "$id_secret")'"
+[[ "$(job_state "$id_authid")" == "DEAD_LETTER|0|permission denied for table pg_authid" ]] ||
+    fail "reading pg_authid as $ROLE_A: expected 'DEAD_LETTER|0|permission denied for table pg_authid', found '$(job_state "$id_authid")'"
+[[ "$(job_state "$id_secret")" == "DEAD_LETTER|0|permission denied for table wp_secret" ]] ||
+    fail "writing wp_secret as $ROLE_A: expected 'DEAD_LETTER|0|permission denied for table wp_secret', found '$(job_state "$id_secret")'"
 [[ "$(q "SELECT string_agg(x::text, ',') FROM wp_secret")" == 1 ]] ||
     fail "wp_secret changed: $(q "SELECT string_agg(x::text, ',') FROM wp_secret")"
 tr="$(q "SELECT string_agg(kind || ':' || to_state, ',' ORDER BY id) FROM vq.job_transition WHERE execution_id = '$id_secret'")"
@@ -209,7 +169,7 @@ SQL
 )"
 wait_for "SELECT EXISTS (SELECT 1 FROM vq.job_transition WHERE execution_id = '$id_rev' AND kind = 'FAILED')" 10 \
     "a FAILED transition of job $id_rev" "$id_rev"
-st="$(job "$id_rev")"
+st="$(job_state "$id_rev")"
 [[ "$st" =~ ^ENQUEUED\|1\|.*EXECUTE ]] ||
     fail "after the revoke: expected ENQUEUED, attempt 1, last_error naming EXECUTE; found '$st'"
 [[ -z "$(seen regranted current_user)" ]] || fail "the handler ran although EXECUTE had been revoked"
@@ -232,7 +192,7 @@ COMMIT;
 SQL
 )"
 wait_state "$id_pub" DEAD_LETTER $((BACKOFF_MS / 1000 + 10))
-st="$(job "$id_pub")"
+st="$(job_state "$id_pub")"
 [[ "$st" =~ ^DEAD_LETTER\|1\|.*EXECUTE ]] ||
     fail "revoked from PUBLIC: expected DEAD_LETTER, attempt 1, last_error naming EXECUTE; found '$st'"
 tr="$(q "SELECT string_agg(kind || ':' || to_state, ',' ORDER BY id) FROM vq.job_transition WHERE execution_id = '$id_pub' AND kind = 'FAILED'")"
@@ -247,7 +207,7 @@ check_refused() { # HANDLER ERROR-REGEX
     local id st
     id="$(q_as "$ROLE_A" "SELECT vq_enqueue('$1', '{}', max_attempts => 1)")"
     wait_state "$id" DEAD_LETTER 10
-    st="$(job "$id")"
+    st="$(job_state "$id")"
     [[ "$st" =~ ^DEAD_LETTER\|0\|.*$2 ]] || fail "$1: expected DEAD_LETTER with an error matching /$2/, found '$st'"
     log "ok: $1 failed: ${st#DEAD_LETTER|0|}"
 }
@@ -267,9 +227,9 @@ DROP OWNED BY "$ROLE_GONE";
 DROP ROLE "$ROLE_GONE";
 SQL
 [[ "$(q "SELECT state = 'ENQUEUED' AND scheduled_at > now() FROM vq.job WHERE execution_id = '$id_gone'")" == t ]] ||
-    fail "the role was dropped too late: job $id_gone is already $(job "$id_gone")"
+    fail "the role was dropped too late: job $id_gone is already $(job_state "$id_gone")"
 wait_state "$id_gone" DEAD_LETTER 15
-st="$(job "$id_gone")"
+st="$(job_state "$id_gone")"
 [[ "$st" =~ ^DEAD_LETTER\|0\|.*role.*$gone_oid.*(no longer exists|does not exist) ]] ||
     fail "dropped role: expected DEAD_LETTER with an error saying role $gone_oid no longer exists, found '$st'"
 [[ -z "$(seen gone current_user)" ]] || fail "the job of the dropped role ran anyway, as '$(seen gone current_user)'"
@@ -277,8 +237,7 @@ log "ok: ${st#DEAD_LETTER|0|}; the handler never ran"
 
 # ---------------------------------------------------------------------------
 log "6. settings a handler changes do not outlive its job (one executor)"
-POOL_CHANGED=1
-psql -XAtq -v ON_ERROR_STOP=1 -c "ALTER SYSTEM SET vq.executors_per_database = 1" -c "SELECT pg_reload_conf()" >/dev/null
+set_config vq.executors_per_database 1
 wait_for "SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'vq_job executor' AND datname = current_database()" 10 \
     "exactly one executor for $PGDATABASE"
 id_leak="$(q_as "$ROLE_A" "SELECT vq_enqueue('wp_leak', '{\"tag\": \"leak\"}')")"
@@ -300,6 +259,5 @@ tz_default="$(q "SELECT (reset_val)::text FROM pg_settings WHERE name = 'TimeZon
     fail "a job of $ROLE_B after a handler of $ROLE_A changed session settings: $(printf '%s; ' "${problems[@]}")(defaults work_mem|TimeZone: $defaults)"
 log "ok: the next job ran in the same executor with default settings"
 
-psql -XAtq -v ON_ERROR_STOP=1 -c "ALTER SYSTEM RESET vq.executors_per_database" -c "SELECT pg_reload_conf()" >/dev/null
-POOL_CHANGED=0
+reset_config vq.executors_per_database
 log "PASS"

@@ -22,8 +22,8 @@
 # Changed settings are reset and the extra databases dropped on exit.
 # Runs against $PGDATABASE (a fresh database with vq_job); exits non-zero on failure.
 set -euo pipefail
-
-: "${PGDATABASE:?PGDATABASE must name a database with vq_job installed}"
+# shellcheck source=test/scenarios/lib/common.sh
+. "$(dirname "$0")/lib/common.sh"
 
 DB="$PGDATABASE"
 NEWDB="${DB}_new"            # CREATE/DROP EXTENSION, then the template of COPYDB
@@ -34,53 +34,29 @@ RESUME_SECS=5                # executors come back after a database-level statem
 HARD_SECS=20                 # ... and certainly within this (else the script stops)
 DROPDB_SECS=10               # DROP DATABASE with a 3 s job running returns within this
 RESCUE_SECS=5                # orphaned job re-run after a crash restart within this
-SOFT_FAILURES=()
 TIMINGS=()
 
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
-soft_fail() {
-    echo "FAIL (continuing): $*" >&2
-    SOFT_FAILURES+=("$*")
-}
-log() { printf -- '-- %s\n' "$*"; }
-now_ms() { echo $(($(date +%s%N) / 1000000)); }
 secs() { awk -v ms="$1" 'BEGIN { printf "%.2f", ms / 1000 }'; }
 timing() { TIMINGS+=("$1: $(secs "$2") s"); log "timing: $1: $(secs "$2") s"; }
 
-# q SQL [psql args]: run SQL in a new session (database $DB unless -d is given).
-q() {
-    local sql="$1"
-    shift
-    psql -XAtq -v ON_ERROR_STOP=1 "$@" -c "$sql"
-}
-qs() { psql -XAtq -v ON_ERROR_STOP=1 "$@" -f -; }
+# a wait_for that times out also shows every executor
+wait_report() { echo "executors now: $(all_executors)"; }
+VQ_WAIT_REPORT=wait_report
 
-# wait_for SQL SECS WHAT [psql args]: poll SQL (returning a boolean) until it is true;
-# sets WAITED_MS. Connection errors (e.g. during a restart) count as "not yet".
-wait_for() {
-    local sql="$1" secs="$2" what="$3" start last=""
-    shift 3
+# wait_timed SQL SECS WHAT: wait_for, setting WAITED_MS to the time it took.
+wait_timed() {
+    local start
     start="$(now_ms)"
-    while :; do
-        last="$(q "$sql" "$@" 2>&1)" || true
-        WAITED_MS=$(($(now_ms) - start))
-        [[ "$last" == t ]] && return 0
-        ((WAITED_MS < secs * 1000)) ||
-            fail "timed out after ${secs}s waiting for: $what (last value: '$last'; executors now: $(all_executors))"
-        sleep 0.02
-    done
+    wait_for "$@"
+    WAITED_MS=$(($(now_ms) - start))
 }
-# wait_bound SQL BOUND WHAT [psql args]: like wait_for, but taking longer than BOUND seconds
-# (and at most HARD_SECS) is a soft failure.
+# wait_bound SQL BOUND WHAT: like wait_timed, but taking longer than BOUND seconds
+# (and at most HARD_SECS) is a soft failure (fail_later).
 wait_bound() {
     local sql="$1" bound="$2" what="$3"
-    shift 3
-    wait_for "$sql" "$HARD_SECS" "$what" "$@"
+    wait_timed "$sql" "$HARD_SECS" "$what"
     if ((WAITED_MS > bound * 1000)); then
-        soft_fail "$what took $(secs "$WAITED_MS") s, expected at most ${bound} s"
+        fail_later "$what took $(secs "$WAITED_MS") s, expected at most ${bound} s"
     fi
 }
 
@@ -105,14 +81,9 @@ expected_names() {
     echo "$1:$out"
 }
 
-# set_setting NAME VALUE / reset_setting NAME: ALTER SYSTEM + reload
-set_setting() { q "ALTER SYSTEM SET $1 = '$2'" -d postgres && q "SELECT pg_reload_conf()" -d postgres >/dev/null; }
-reset_setting() { q "ALTER SYSTEM RESET $1" -d postgres && q "SELECT pg_reload_conf()" -d postgres >/dev/null; }
-
 cleanup() {
     set +e
-    psql -XAtq -d postgres -c "ALTER SYSTEM RESET vq.executors_per_database" \
-        -c "ALTER SYSTEM RESET vq.databases" -c "SELECT pg_reload_conf()" >/dev/null 2>&1
+    cleanup_configs
     for d in "$NEWDB" "$COPYDB" "$RENAMED"; do
         PGOPTIONS='-c client_min_messages=warning' psql -XAtq -d postgres \
             -c "DROP DATABASE IF EXISTS \"$d\" WITH (FORCE)" >/dev/null 2>&1
@@ -140,7 +111,7 @@ SQL
 run_job() {
     local id
     id="$(q "SELECT vq_enqueue('wp_record', jsonb_build_object('tag', '$2'))" -d "$1")"
-    wait_for "SELECT state = 'COMPLETED' FROM vq.job WHERE execution_id = '$id'" "$3" "$4" -d "$1"
+    PGDATABASE="$1" wait_timed "SELECT state = 'COMPLETED' FROM vq.job WHERE execution_id = '$id'" "$3" "$4"
 }
 
 # ---------------------------------------------------------------------------
@@ -202,7 +173,8 @@ log "ok: template copy and rename; executors serve $NEWDB and $RENAMED"
 
 log "3c. DROP DATABASE $RENAMED while a 3 s handler runs there"
 id="$(q "SELECT vq_enqueue('wp_sleep3')" -d "$RENAMED")"
-wait_for "SELECT state = 'RUNNING' FROM vq.job WHERE execution_id = '$id'" 5 "the 3 s job to be RUNNING in $RENAMED" -d "$RENAMED"
+PGDATABASE="$RENAMED" wait_for "SELECT state = 'RUNNING' FROM vq.job WHERE execution_id = '$id'" 5 \
+    "the 3 s job to be RUNNING in $RENAMED"
 oid="$(q "SELECT oid FROM pg_database WHERE datname = '$RENAMED'" -d postgres)"
 start="$(now_ms)"
 q "DROP DATABASE \"$RENAMED\"" -d postgres
@@ -222,15 +194,15 @@ log "ok: DROP DATABASE returned in $(secs "$took") s; nothing is left for it"
 
 # ---------------------------------------------------------------------------
 log "4. vq.executors_per_database 2 -> 3 -> 1 -> default"
-set_setting vq.executors_per_database 3
+set_config vq.executors_per_database 3
 wait_bound "$(n_executors_is "$DB" 3)" 3 "3 executors for $DB"
 timing "executors_per_database 2 -> 3" "$WAITED_MS"
 [[ "$(executors "$DB")" == "$(expected_names 3)" ]] || fail "executors of $DB: expected '$(expected_names 3)', found '$(executors "$DB")'"
-set_setting vq.executors_per_database 1
+set_config vq.executors_per_database 1
 wait_bound "$(n_executors_is "$DB" 1)" 3 "1 executor for $DB"
 timing "executors_per_database 3 -> 1" "$WAITED_MS"
 [[ "$(executors "$DB")" == "$(expected_names 1)" ]] || fail "executors of $DB: expected '$(expected_names 1)', found '$(executors "$DB")'"
-reset_setting vq.executors_per_database
+reset_config vq.executors_per_database
 wait_bound "$(n_executors_is "$DB" 2)" 3 "2 executors for $DB after the reset"
 timing "executors_per_database 1 -> default 2" "$WAITED_MS"
 log "ok: the pool follows the setting"
@@ -238,7 +210,7 @@ log "ok: the pool follows the setting"
 # ---------------------------------------------------------------------------
 log "5. vq.databases naming another database"
 handlers "$DB"
-set_setting vq.databases postgres
+set_config vq.databases postgres
 wait_bound "$(n_executors_is "$DB" 0)" 3 "the executors of $DB to exit when vq.databases = 'postgres'"
 timing "vq.databases excludes this database -> executors gone" "$WAITED_MS"
 id="$(q "SELECT vq_enqueue('wp_record', '{\"tag\": \"unserved\"}')")"
@@ -249,7 +221,7 @@ while (($(now_ms) < end)); do
     [[ "$st" == "ENQUEUED|0" ]] || fail "while $DB is not served: expected job ENQUEUED and no executor, found '$st' (state|executors)"
     sleep 0.1
 done
-reset_setting vq.databases
+reset_config vq.databases
 wait_bound "$(n_executors_is "$DB" 2)" 3 "the executors of $DB to come back after vq.databases is reset"
 timing "vq.databases reset -> executors back" "$WAITED_MS"
 wait_for "SELECT state = 'COMPLETED' FROM vq.job WHERE execution_id = '$id'" 5 "the job left ENQUEUED to run"
@@ -319,15 +291,12 @@ if [[ -n "$pids" ]]; then
     # their errors (log lines carry "[PID]"), most frequent first
     errors="$(grep -E "\[($(paste -sd '|' <<<"$pids"))\] (ERROR|FATAL): " <<<"$new_log" |
               sed -E 's/^.*(ERROR|FATAL): +//' | sort | uniq -c | sort -rn | head -3 | sed -E 's/^ +//' | paste -sd ';' || true)"
-    soft_fail "vq_job workers exited with an error $n time(s) during the scenario; their errors (count, message): ${errors:-none logged}"
+    fail_later "vq_job workers exited with an error $n time(s) during the scenario; their errors (count, message): ${errors:-none logged}"
 else
     log "ok: no worker exited with an error"
 fi
 
 echo "timings:"
 printf '    %s\n' "${TIMINGS[@]}"
-if ((${#SOFT_FAILURES[@]} > 0)); then
-    printf 'FAIL: %s\n' "${SOFT_FAILURES[@]}" >&2
-    exit 1
-fi
+fail_summary
 log "PASS"

@@ -31,11 +31,6 @@ trap 'exit 130' INT
 
 # ---- helpers -------------------------------------------------------------------------------
 
-# wait_state EID STATE SECS
-wait_state() {
-    wait_for "SELECT state = '$2' FROM vq.job WHERE execution_id = '$1'" "$3" "job $1 to be $2"
-}
-
 # history EID: "<state> t=<transitions> l=<logs>" (state "gone" once the row is deleted).
 history() {
     q "SELECT coalesce((SELECT state::text FROM vq.job WHERE execution_id = '$1'), 'gone')

@@ -15,63 +15,13 @@
 #       kept (logs are flushed on every ending path, stop included).
 # Runs against $PGDATABASE (a fresh database with vq_job); exits non-zero on failure.
 set -euo pipefail
-
-: "${PGDATABASE:?PGDATABASE must name a database with vq_job installed}"
+# shellcheck source=test/scenarios/lib/common.sh
+. "$(dirname "$0")/lib/common.sh"
 : "${VQ_REPO_ROOT:?}" "${VQ_CLUSTER_DATA:?}" "${VQ_CLUSTER_DIR:?}"
 # shellcheck source=scripts/lib.sh
 . "$VQ_REPO_ROOT/scripts/lib.sh"
 
-CHANGED_SETTINGS=()
-DEFERRED_FAILURES=()
-
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
-# fail_later MESSAGE: report a failure but go on with the other checks; the script fails at the end.
-fail_later() {
-    echo "FAIL: $*" >&2
-    DEFERRED_FAILURES+=("$*")
-}
-log() { printf -- '-- %s\n' "$*"; }
-
-q() {
-    psql -X -q -v ON_ERROR_STOP=1 -At -c "$1"
-}
-q_quiet() {
-    psql -X -q -v ON_ERROR_STOP=1 -At -c "$1" 2>/dev/null
-}
-
-# wait_for DESCRIPTION SECS SQL: poll SQL (one boolean) until true; errors count as false.
-wait_for() {
-    local what="$1" secs="$2" sql="$3" deadline=$((SECONDS + $2))
-    until [[ "$(q_quiet "$sql" || true)" == t ]]; do
-        ((SECONDS < deadline)) || fail "timed out after ${secs}s waiting for: $what"
-        sleep 0.05
-    done
-}
-
-now_s() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
-
-# set_config NAME VALUE: ALTER SYSTEM SET + reload. Waits until a new session sees the value:
-# the postmaster has then re-read the file and signalled every process, the executors included
-# (they re-read it before their next poll).
-set_config() {
-    q "ALTER SYSTEM SET $1 = '$2'" >/dev/null
-    q "SELECT pg_reload_conf()" >/dev/null
-    CHANGED_SETTINGS+=("$1")
-    wait_for "$1 = $2 to be in effect" 10 \
-        "SELECT (SELECT setting FROM pg_settings WHERE name = '$1') = '$2'"
-}
-reset_config() {
-    local name
-    for name in "${CHANGED_SETTINGS[@]}"; do
-        q "ALTER SYSTEM RESET $name" >/dev/null
-    done
-    q "SELECT pg_reload_conf()" >/dev/null
-    CHANGED_SETTINGS=()
-}
 
 start_server() {
     vq_pg_ctl -l "$VQ_CLUSTER_DIR/server.log" -w -t 60 start >/dev/null || fail "pg_ctl start failed"
@@ -88,12 +38,12 @@ stop_fast() {
 cleanup() {
     set +e
     pg_isready -q || start_server
-    ((${#CHANGED_SETTINGS[@]} == 0)) || reset_config
+    cleanup_configs
 }
 trap cleanup EXIT
 
-# transitions EXECUTION_ID: "KIND/attempt KIND/attempt ..." in order.
-transitions() {
+# transition_kinds EXECUTION_ID: "KIND/attempt KIND/attempt ..." in order.
+transition_kinds() {
     q "SELECT string_agg(kind || '/' || attempt_number, ' ' ORDER BY id) FROM vq.job_transition
         WHERE execution_id = '$1'"
 }
@@ -117,18 +67,18 @@ q "CREATE FUNCTION sd_two(p jsonb, ctx vq.job_context) RETURNS void LANGUAGE plp
    END \$\$" >/dev/null
 q "SELECT vq_register_handler('two', 'sd_two(jsonb, vq.job_context)', queue => 'sd')" >/dev/null
 a_id="$(q "SELECT vq_enqueue('two', '{}')")"
-wait_for "(a) job $a_id RUNNING in pg_sleep" 15 \
-    "SELECT EXISTS (SELECT 1 FROM vq.job j JOIN pg_stat_activity a ON a.pid = j.worker_pid
-                     WHERE j.execution_id = '$a_id' AND j.state = 'RUNNING' AND a.wait_event = 'PgSleep')"
+wait_for "SELECT EXISTS (SELECT 1 FROM vq.job j JOIN pg_stat_activity a ON a.pid = j.worker_pid
+                     WHERE j.execution_id = '$a_id' AND j.state = 'RUNNING' AND a.wait_event = 'PgSleep')" 15 \
+    "(a) job $a_id RUNNING in pg_sleep"
 stop_fast
 log "(a) server stopped in ${STOP_SECS} s (vq.shutdown_grace_ms = 5000)"
 start_server
 awk -v s="$STOP_SECS" 'BEGIN { exit !(s <= 8) }' ||
     fail_later "(a) pg_ctl stop -m fast took ${STOP_SECS} s, expected <= 8 s (grace 5 s + margin)"
 
-wait_for "(a) job $a_id to end" 20 \
-    "SELECT state NOT IN ('ENQUEUED', 'RUNNING') FROM vq.job WHERE execution_id = '$a_id'"
-tr_a="$(transitions "$a_id")"
+wait_for "SELECT state NOT IN ('ENQUEUED', 'RUNNING') FROM vq.job WHERE execution_id = '$a_id'" 20 \
+    "(a) job $a_id to end"
+tr_a="$(transition_kinds "$a_id")"
 log "(a) job $a_id: $(q "SELECT state FROM vq.job WHERE execution_id = '$a_id'"), transitions: $tr_a"
 [[ "$(q "SELECT state FROM vq.job WHERE execution_id = '$a_id'")" == COMPLETED ]] ||
     fail "(a) expected job $a_id COMPLETED, found $(q "SELECT state || ' / ' || coalesce(last_error, '') FROM vq.job WHERE execution_id = '$a_id'")"
@@ -156,36 +106,37 @@ q "CREATE FUNCTION sd_half(p jsonb, ctx vq.job_context) RETURNS void LANGUAGE pl
        INSERT INTO public.sd_effect (execution_id, attempt_number) VALUES (ctx.execution_id, ctx.attempt_number);
    END \$\$" >/dev/null
 q "SELECT vq_register_handler('half', 'sd_half(jsonb, vq.job_context)', queue => 'sd')" >/dev/null
-wait_for "(b) the executors to be up" 15 \
-    "SELECT count(*) >= 1 FROM pg_stat_activity WHERE backend_type = 'vq_job executor' AND datname = current_database()"
+wait_for "SELECT count(*) >= 1 FROM pg_stat_activity WHERE backend_type = 'vq_job executor' AND datname = current_database()" 15 \
+    "(b) the executors to be up"
 q "SELECT cardinality(vq_enqueue_many('half', array_agg(jsonb_build_object('i', i)))) FROM generate_series(1, 8) i" >/dev/null
-wait_for "(b) a 'half' job RUNNING in pg_sleep" 15 \
-    "SELECT EXISTS (SELECT 1 FROM vq.job j JOIN pg_stat_activity a ON a.pid = j.worker_pid
-                     WHERE j.handler = 'half' AND j.state = 'RUNNING' AND a.wait_event = 'PgSleep')"
+wait_for "SELECT EXISTS (SELECT 1 FROM vq.job j JOIN pg_stat_activity a ON a.pid = j.worker_pid
+                     WHERE j.handler = 'half' AND j.state = 'RUNNING' AND a.wait_event = 'PgSleep')" 15 \
+    "(b) a 'half' job RUNNING in pg_sleep"
 IFS='|' read -r b_id b_pid b_app < <(q "SELECT j.execution_id, j.worker_pid, a.application_name
                                          FROM vq.job j JOIN pg_stat_activity a ON a.pid = j.worker_pid
                                         WHERE j.handler = 'half' AND j.state = 'RUNNING' LIMIT 1")
 t_term="$(now_s)"
 [[ "$(q "SELECT pg_terminate_backend($b_pid)")" == t ]] || fail "(b) pg_terminate_backend($b_pid) returned false"
 log "(b) terminated $b_app (pid $b_pid) while it ran job $b_id"
-wait_for "(b) executor $b_pid to exit" 10 "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $b_pid)"
+wait_for "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $b_pid)" 10 \
+    "(b) executor $b_pid to exit"
 t_exit="$(now_s)"
-wait_for "(b) a new '$b_app' process" 10 \
-    "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE backend_type = 'vq_job executor'
-                     AND datname = current_database() AND application_name = '$b_app' AND pid <> $b_pid)"
+wait_for "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE backend_type = 'vq_job executor'
+                     AND datname = current_database() AND application_name = '$b_app' AND pid <> $b_pid)" 10 \
+    "(b) a new '$b_app' process"
 t_new="$(now_s)"
 b_new_pid="$(q "SELECT pid FROM pg_stat_activity WHERE backend_type = 'vq_job executor'
                  AND datname = current_database() AND application_name = '$b_app' AND pid <> $b_pid")"
 log "(b) $b_pid exited $(elapsed "$t_term" "$t_exit") s after the SIGTERM; new pid $b_new_pid appeared $(elapsed "$t_exit" "$t_new") s after its exit"
 awk -v s="$(elapsed "$t_exit" "$t_new")" 'BEGIN { exit !(s <= 3) }' ||
     fail_later "(b) the launcher restarted $b_app $(elapsed "$t_exit" "$t_new") s after it exited, expected <= 3 s"
-tr_b="$(transitions "$b_id")"
+tr_b="$(transition_kinds "$b_id")"
 [[ "$tr_b" == "CLAIMED/0 COMPLETED/0" ]] ||
     fail "(b) the terminated executor should have finished its current job $b_id (CLAIMED/0 COMPLETED/0), found: $tr_b"
 c_at_ok="$(q "SELECT at <= to_timestamp($t_exit) FROM vq.job_transition WHERE execution_id = '$b_id' AND kind = 'COMPLETED'")"
 [[ "$c_at_ok" == t ]] || fail "(b) job $b_id completed after its executor had exited (not by that executor)"
-wait_for "(b) all 'half' jobs to end" 20 \
-    "SELECT NOT EXISTS (SELECT 1 FROM vq.job WHERE handler = 'half' AND state IN ('ENQUEUED', 'RUNNING'))"
+wait_for "SELECT NOT EXISTS (SELECT 1 FROM vq.job WHERE handler = 'half' AND state IN ('ENQUEUED', 'RUNNING'))" 20 \
+    "(b) all 'half' jobs to end"
 states="$(q "SELECT string_agg(state || '=' || n, ', ' ORDER BY state)
                FROM (SELECT state::text, count(*) n FROM vq.job WHERE handler = 'half' GROUP BY 1) s")"
 [[ "$states" == "COMPLETED=8" ]] || fail "(b) expected COMPLETED=8, found: $states"
@@ -211,9 +162,9 @@ q "CREATE FUNCTION sd_long(p jsonb, ctx vq.job_context) RETURNS void LANGUAGE pl
    END \$\$" >/dev/null
 q "SELECT vq_register_handler('long', 'sd_long(jsonb, vq.job_context)', queue => 'sd')" >/dev/null
 c_id="$(q "SELECT vq_enqueue('long', '{}')")"
-wait_for "(c) job $c_id RUNNING in pg_sleep" 15 \
-    "SELECT EXISTS (SELECT 1 FROM vq.job j JOIN pg_stat_activity a ON a.pid = j.worker_pid
-                     WHERE j.execution_id = '$c_id' AND j.state = 'RUNNING' AND a.wait_event = 'PgSleep')"
+wait_for "SELECT EXISTS (SELECT 1 FROM vq.job j JOIN pg_stat_activity a ON a.pid = j.worker_pid
+                     WHERE j.execution_id = '$c_id' AND j.state = 'RUNNING' AND a.wait_event = 'PgSleep')" 15 \
+    "(c) job $c_id RUNNING in pg_sleep"
 c_pid="$(q "SELECT worker_pid FROM vq.job WHERE execution_id = '$c_id'")"
 q "UPDATE sd_flag SET slow = false" >/dev/null   # the first attempt has read it already
 stop_fast
@@ -222,9 +173,9 @@ start_server
 awk -v s="$STOP_SECS" 'BEGIN { exit !(s <= 5) }' ||
     fail_later "(c) pg_ctl stop -m fast took ${STOP_SECS} s with a 1 s grace, expected <= 5 s"
 
-wait_for "(c) job $c_id to end" 20 \
-    "SELECT state NOT IN ('ENQUEUED', 'RUNNING') FROM vq.job WHERE execution_id = '$c_id'"
-tr_c="$(transitions "$c_id")"
+wait_for "SELECT state NOT IN ('ENQUEUED', 'RUNNING') FROM vq.job WHERE execution_id = '$c_id'" 20 \
+    "(c) job $c_id to end"
+tr_c="$(transition_kinds "$c_id")"
 log "(c) job $c_id: $(q "SELECT state FROM vq.job WHERE execution_id = '$c_id'"), transitions: $tr_c"
 [[ "$tr_c" == "CLAIMED/0 ABANDONED/0 CLAIMED/1 COMPLETED/1" ]] ||
     fail "(c) expected CLAIMED/0 ABANDONED/0 CLAIMED/1 COMPLETED/1, found: $tr_c"
@@ -245,10 +196,7 @@ log "(c) vq_log lines: $logs_c"
     fail_later "(c) the log line the first attempt wrote before the shutdown should be kept (logs are flushed on every ending path, stop included), found: '$logs_c'"
 n="$(q "SELECT count(*) FROM vq.job WHERE state = 'RUNNING'")"
 ((n == 0)) || fail "(c) $n job(s) left RUNNING"
-reset_config
+reset_config vq.shutdown_grace_ms
 
-if ((${#DEFERRED_FAILURES[@]} > 0)); then
-    printf 'FAIL (summary): %s\n' "${DEFERRED_FAILURES[@]}" >&2
-    exit 1
-fi
+fail_summary
 log "PASS: worker shutdown"

@@ -25,8 +25,6 @@ trap on_exit EXIT
 trap 'exit 143' TERM
 trap 'exit 130' INT
 
-DEFERRED=()   # failures reported at the end, after the independent checks that follow them
-
 # ms SQL_INTERVAL_EXPRESSION...: a SELECT list item giving the interval in whole ms.
 ms() { echo "round(extract(epoch FROM ($1)) * 1000)::int"; }
 
@@ -195,7 +193,7 @@ if [[ -n "$ticks0" && -n "$ticks1" ]]; then
     # the handlers sleep; executors waiting for capacity should sleep too, not poll in a loop
     # (checked at the end, so that the capacity checks below still run)
     if ((cpu_ms * 4 > wall_ms)); then
-        DEFERRED+=("executors used $cpu_ms ms of CPU in $wall_ms ms while every running job slept: executors waiting for capacity spin instead of sleeping")
+        fail_later "executors used $cpu_ms ms of CPU in $wall_ms ms while every running job slept: executors waiting for capacity spin instead of sleeping"
     fi
 else
     log "  (executor CPU time not measurable here: /proc/PID/stat not readable)"
@@ -224,7 +222,5 @@ assert_eq "$pids_before" "$(q "SELECT string_agg(pid::text, ',' ORDER BY pid) FR
                                 WHERE datname = current_database() AND backend_type = 'vq_job executor'")" \
     "executor processes (configuration changes must not restart them)"
 
-if ((${#DEFERRED[@]} > 0)); then
-    fail "$(printf '%s; ' "${DEFERRED[@]}")"
-fi
+fail_summary
 log "PASS"

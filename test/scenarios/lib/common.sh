@@ -11,13 +11,28 @@
 #   assert_sql SQL WHAT         fail unless SQL returns t (prints what it returned)
 #   qs [psql args...]           run the SQL script read from stdin in one new session
 #                               (-XAtq, ON_ERROR_STOP); prints what it returns
-#   wait_for SQL TIMEOUT_SECS WHAT
+#   wait_for SQL TIMEOUT_SECS WHAT [JOB_ID]
 #                               poll SQL (returning a boolean) every 20 ms until it
-#                               returns t; after TIMEOUT_SECS fail naming WHAT and the
-#                               last value (or error) seen
+#                               returns t (an error, e.g. while the server restarts,
+#                               counts as "not yet"); after TIMEOUT_SECS fail naming
+#                               WHAT and the last value (or error) seen, then, if
+#                               JOB_ID is given, the job's job_state at that moment,
+#                               and, if VQ_WAIT_REPORT names a command (a function),
+#                               what that command prints
 #   assert_stays SQL SECS WHAT  poll SQL every 20 ms for SECS seconds; fail as soon as
 #                               it returns something other than what it returned first
 #                               (e.g. a counter that must not move)
+#   wait_state ID STATE SECS    wait_for job ID to be in STATE ("job ID to be STATE";
+#                               the timeout message shows the job's job_state)
+#   wait_ready SECS             poll pg_isready until the server accepts connections;
+#                               fail after SECS
+#   job_state ID                "state|attempt_number|last_error" of job ID
+#   transitions ID              "kind:attempt:from>to,..." of job ID's transitions, in order
+#   q_as ROLE SQL               run SQL like q, in a new session after SET ROLE ROLE
+#   drop_roles ROLE...          for each ROLE that exists: DROP OWNED BY ROLE CASCADE (in
+#                               the current database), then DROP ROLE; never fails (use it
+#                               from an EXIT trap): prints a WARNING for a role it could
+#                               not drop
 #   set_config NAME VALUE       ALTER SYSTEM SET + pg_reload_conf(); waits until a NEW
 #                               session sees VALUE (as current_setting or as the raw
 #                               pg_settings.setting, so '500' and '500ms' both work)
@@ -28,9 +43,17 @@
 #   cleanup_configs             reset_config of every setting changed by set_config;
 #                               never fails (use it from an EXIT trap)
 #   now_ms                      wall-clock milliseconds since the epoch
+#   now_s                       wall-clock seconds since the epoch, with nanoseconds
+#                               (e.g. 1700000000.123456789)
+#   fail_later MSG...           print "FAIL: MSG" on stderr, remember it and go on
+#   fail_summary                if fail_later was called: print "FAIL (summary): MSG" on
+#                               stderr for each of its messages and exit 1
 #
-# set_config must run in the main shell (not in $(...) or a pipeline), because it
-# remembers what to restore in shell variables.
+# Every helper connects through the libpq environment (PGHOST, PGPORT, PGDATABASE ...); to
+# run one against another database or server, prefix it: PGDATABASE=other wait_for ...
+#
+# set_config and fail_later must run in the main shell (not in $(...) or a pipeline),
+# because they remember what to restore / report in shell variables.
 #
 # The background workers reload their configuration on SIGHUP too, a moment after a new
 # session does; a setting that they read takes effect for them within their next loop.
@@ -48,6 +71,21 @@ log() { printf -- '-- %s\n' "$*"; }
 
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 
+now_s() { date +%s.%N; }
+
+declare -ga VQ_FAILED_LATER=()       # messages of fail_later, for fail_summary
+
+fail_later() {
+    echo "FAIL: $*" >&2
+    VQ_FAILED_LATER+=("$*")
+}
+
+fail_summary() {
+    ((${#VQ_FAILED_LATER[@]} == 0)) && return 0
+    printf 'FAIL (summary): %s\n' "${VQ_FAILED_LATER[@]}" >&2
+    exit 1
+}
+
 q() {
     local sql="$1"
     shift
@@ -56,6 +94,10 @@ q() {
 
 qs() {
     psql -XAtq -v ON_ERROR_STOP=1 "$@" -f -
+}
+
+q_as() { # ROLE SQL
+    psql -XAtq -v ON_ERROR_STOP=1 -c "SET ROLE \"$1\"" -c "$2"
 }
 
 assert_eq() { # EXPECTED ACTUAL WHAT
@@ -70,18 +112,61 @@ assert_sql() { # SQL WHAT
     [[ "$v" == t ]] || fail "$2: expected t, got [$v] from: $1"
 }
 
-# wait_for SQL TIMEOUT_SECS WHAT
+# wait_for SQL TIMEOUT_SECS WHAT [JOB_ID]
 wait_for() {
-    local sql="$1" timeout="${2:-10}" what="${3:-$1}" v="" deadline
+    local sql="$1" timeout="${2:-10}" what="${3:-$1}" id="${4:-}" v="" more="" deadline
     deadline=$(($(date +%s%N) + $(awk -v t="$timeout" 'BEGIN { printf "%.0f", t * 1e9 }')))
     while :; do
         v="$(psql -XAtq -v ON_ERROR_STOP=1 -c "$sql" 2>&1)" || v="(error) $v"
         [[ "$v" == t ]] && return 0
         if (($(date +%s%N) >= deadline)); then
-            fail "timed out after ${timeout}s waiting for: $what (last value: [$v]; query: $sql)"
+            if [[ -n "$id" ]]; then
+                more+="; job now: [$(job_state "$id" 2>&1)]"
+            fi
+            if [[ -n "${VQ_WAIT_REPORT:-}" ]]; then
+                more+="; $("$VQ_WAIT_REPORT" 2>&1)"
+            fi
+            fail "timed out after ${timeout}s waiting for: $what (last value: [$v]$more; query: $sql)"
         fi
         sleep "$VQ_WAIT_POLL_SECS"
     done
+}
+
+job_state() { # ID
+    q "SELECT state || '|' || attempt_number || '|' || coalesce(last_error, '') FROM vq.job WHERE execution_id = '$1'"
+}
+
+wait_state() { # ID STATE SECS
+    wait_for "SELECT state = '$2' FROM vq.job WHERE execution_id = '$1'" "$3" "job $1 to be $2" "$1"
+}
+
+transitions() { # ID
+    q "SELECT string_agg(kind || ':' || attempt_number || ':' || from_state || '>' || to_state, ',' ORDER BY id)
+         FROM vq.job_transition WHERE execution_id = '$1'"
+}
+
+# wait_ready SECS
+wait_ready() {
+    local deadline=$((SECONDS + $1))
+    until pg_isready -q; do
+        ((SECONDS < deadline)) || fail "the server did not accept connections within $1 s"
+        sleep 0.01
+    done
+}
+
+# drop_roles ROLE...: never fails (for EXIT traps).
+drop_roles() {
+    local r lit out
+    for r in "$@"; do
+        lit="$(_vq_sql_literal "$r")"
+        out="$(psql -XAtq -v ON_ERROR_STOP=1 -c "SET client_min_messages = warning" -c "DO \$\$ BEGIN
+                   IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $lit) THEN
+                       EXECUTE format('DROP OWNED BY %I CASCADE', $lit);
+                       EXECUTE format('DROP ROLE %I', $lit);
+                   END IF; END \$\$" 2>&1 >/dev/null)" ||
+            echo "WARNING: could not drop role $r: $out" >&2
+    done
+    return 0
 }
 
 # assert_stays SQL SECS WHAT
