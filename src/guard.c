@@ -17,6 +17,7 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "catalog/pg_authid.h"
 #include "catalog/pg_database.h"
 #include "commands/dbcommands.h"
 #include "commands/defrem.h"
@@ -54,6 +55,24 @@ OwnsDatabase(Oid dboid)
 	return vq_database_ownercheck(dboid, GetUserId());
 }
 
+/* Has the current role CREATEDB (superusers have)? */
+static bool
+MayCreateDatabases(void)
+{
+	HeapTuple	tup;
+	bool		createdb = false;
+
+	if (superuser())
+		return true;
+	tup = SearchSysCache1(AUTHOID, ObjectIdGetDatum(GetUserId()));
+	if (HeapTupleIsValid(tup))
+	{
+		createdb = ((Form_pg_authid) GETSTRUCT(tup))->rolcreatedb;
+		ReleaseSysCache(tup);
+	}
+	return createdb;
+}
+
 /* May the current role copy this database (CREATEDB, and a template or its owner)? */
 static bool
 MayCopyDatabase(Oid dboid)
@@ -61,7 +80,7 @@ MayCopyDatabase(Oid dboid)
 	HeapTuple	tup;
 	bool		is_template;
 
-	if (!have_createdb_privilege())
+	if (!MayCreateDatabases())
 		return false;
 	tup = SearchSysCache1(DATABASEOID, ObjectIdGetDatum(dboid));
 	if (!HeapTupleIsValid(tup))
@@ -124,7 +143,7 @@ DatabaseNeededAlone(Node *stmt)
 			if (((RenameStmt *) stmt)->renameType != OBJECT_DATABASE)
 				break;
 			dboid = get_database_oid(((RenameStmt *) stmt)->subname, true);
-			allowed = OidIsValid(dboid) && OwnsDatabase(dboid) && have_createdb_privilege();
+			allowed = OidIsValid(dboid) && OwnsDatabase(dboid) && MayCreateDatabases();
 			break;
 		case T_AlterDatabaseStmt:
 			if (!MovesTablespace((AlterDatabaseStmt *) stmt))
