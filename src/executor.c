@@ -280,7 +280,7 @@ CheckExtension(TimestampTz now)
 	VqReportExtension(VqMyDatabaseSlot, present ? VQ_EXT_PRESENT : VQ_EXT_ABSENT, generation);
 	if (present)
 		return;
-	VqCommitTransaction();
+	/* (installed lives in the transaction's memory: report before committing) */
 	if (turned_off)
 		ereport(LOG,
 				(errmsg("vq_job executor %d: vq.serve_database is off for this database; exiting",
@@ -295,6 +295,7 @@ CheckExtension(TimestampTz now)
 						VqMyExecutorIndex, installed, VQ_EXTVERSION),
 				 errhint("Run ALTER EXTENSION vq_job UPDATE, or install the library of version %s and restart the server.",
 						 installed)));
+	VqCommitTransaction();
 	proc_exit(0);
 }
 

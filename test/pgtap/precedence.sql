@@ -3,12 +3,14 @@
 -- default, the framework default (default, 0, 3). Checked as a full matrix: 64 handlers
 -- (each field's handler default set or not x override set or not) x 8 argument
 -- combinations, for vq_enqueue, vq_enqueue_in and vq_enqueue_many (both batch rows); then
--- named cases, vq_resolve_target and vq.handler_settings against the same rule.
+-- named cases, vq_resolve_target and vq.handler_settings against the same rule. This is
+-- the only place the rule is tested; test/sql shows the rows (enqueue*.sql, resolve.sql,
+-- handlers.sql) and that changes reach the registry cache (enqueue.sql, resolve.sql).
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS vq_job;
 
-SELECT plan(63);
+SELECT plan(67);
 
 -- Values per level:       framework   handler      override      argument
 --   queue                 default     q_handler    q_override    q_argument
@@ -146,18 +148,54 @@ SELECT vq_enqueue('h_111_000') AS null_override_id \gset
 SELECT is((SELECT format('%s/%s/%s', queue, priority, max_attempts) FROM vq.job WHERE execution_id = :'null_override_id'),
           'q_handler/5/7', 'an all-NULL override leaves the handler defaults in force');
 
--- Settings are resolved once, at enqueue: a later override changes new jobs only.
+-- prec_effective(handler[, priority][, resolver]): queue/priority/max_attempts of new jobs
+-- from every enqueue form (a batch of two), and, without a priority argument, of
+-- vq.handler_settings and (unless resolver is false) vq_resolve_target: one value when they
+-- all agree.
+CREATE FUNCTION prec_effective(p_handler text, p_priority int DEFAULT NULL, p_resolver boolean DEFAULT true)
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    ids uuid[];
+BEGIN
+    ids := ARRAY[vq_enqueue(p_handler, '{}', NULL, NULL, p_priority),
+                 vq_enqueue_in(p_handler, '{}', '1 minute', NULL, p_priority)]
+           || vq_enqueue_many(p_handler, '{"{}","{}"}', NULL, NULL, p_priority);
+    RETURN (SELECT string_agg(DISTINCT x.s, ' | ') FROM (
+        SELECT format('%s/%s/%s', j.queue, j.priority, j.max_attempts) FROM vq.job j WHERE j.execution_id = ANY (ids)
+        UNION ALL
+        SELECT format('%s/%s/%s', r.queue, r.priority, r.max_attempts) FROM vq_resolve_target(p_handler) r
+         WHERE p_priority IS NULL AND p_resolver
+        UNION ALL
+        SELECT format('%s/%s/%s', h.queue, h.priority, h.max_attempts) FROM vq.handler_settings h
+         WHERE h.name = p_handler AND p_priority IS NULL) x(s));
+END
+$$;
+
+-- Zero, negative and limit values are values like any other; a NOTIFY handler resolves the same way.
+SELECT vq_register_handler('p_values', 'prec_fn(jsonb)', 'q_handler', 5, 7) AS registered \gset
+SELECT vq_set_contract_override('p_values', NULL, -3, 1) AS overridden \gset
+SELECT is(prec_effective('p_values'), 'q_handler/-3/1',
+          'override values -3 and 1 win over the handler defaults (every form, resolver and view)');
+SELECT is(prec_effective('p_values', 0), 'q_handler/0/1', 'a priority argument of 0 wins over the override (every form)');
+SELECT vq_register_notify_handler('p_notify', 'prec_chan', 'q_handler', -1, 4) AS registered \gset
+SELECT vq_set_contract_override('p_notify', 'default', 0, 3) AS overridden \gset
+SELECT is(prec_effective('p_notify'), 'default/0/3',
+          'NOTIFY handler: an override equal to the framework defaults still wins over the handler defaults');
+SELECT vq_drop_contract_override('p_notify') AS dropped \gset
+SELECT is(prec_effective('p_notify', p_resolver => false), 'q_handler/-1/4',
+          'NOTIFY handler: once the override is dropped, the handler defaults are back (every form and the view)');
+
+-- Settings are resolved once, at enqueue: a later override changes new jobs only. (That
+-- vq_resolve_target follows such changes is shown by test/sql/resolve.sql.)
 SELECT lives_ok($$SELECT vq_set_contract_override('h_100_100', 'q_argument', 1, 1)$$, 'override changed after enqueue');
 SELECT is((SELECT count(*) FROM prec_expected p JOIN vq.job j ON j.execution_id = p.id
             WHERE p.handler = 'h_100_100'
               AND (j.queue, j.priority, j.max_attempts) IS DISTINCT FROM (p.e_queue, p.e_priority, p.e_max_attempts)),
           0::bigint, 'jobs already enqueued keep the settings resolved when they were enqueued');
-SELECT vq_enqueue('h_100_100') AS later_id \gset
-SELECT is((SELECT format('%s/%s/%s', queue, priority, max_attempts) FROM vq.job WHERE execution_id = :'later_id'),
-          'q_argument/1/1', 'a job enqueued after the change gets the new override');
+SELECT is(prec_effective('h_100_100', p_resolver => false), 'q_argument/1/1',
+          'jobs enqueued after the change get the new override (every form and the view)');
 SELECT lives_ok($$SELECT vq_drop_contract_override('h_100_100')$$, 'override dropped');
-SELECT vq_enqueue('h_100_100') AS dropped_id \gset
-SELECT is((SELECT format('%s/%s/%s', queue, priority, max_attempts) FROM vq.job WHERE execution_id = :'dropped_id'),
-          'q_handler/0/3', 'after the override is dropped, the handler default is back');
+SELECT is(prec_effective('h_100_100', p_resolver => false), 'q_handler/0/3',
+          'after the override is dropped, the handler default is back (every form and the view)');
 
 SELECT * FROM finish();

@@ -1,6 +1,7 @@
--- vq_configure(jsonb): a whole configuration document. Creates or updates
--- every queue and contract override it names, all or nothing; reports every
--- violation at once with the JSON key names, naming the queue or contract.
+-- configure.sql: vq_configure(jsonb), a whole configuration document, shown as output:
+-- creates or updates every queue and contract override it names, all or nothing; reports
+-- every violation at once with the JSON key names, naming the queue or contract. Who may
+-- call it is tested in test/pgtap/privileges.sql.
 \set SHOW_CONTEXT never
 
 CREATE VIEW pg_temp.qs AS
@@ -223,26 +224,10 @@ SELECT vq_configure(NULL);
 \echo :LAST_ERROR_SQLSTATE
 SELECT count(*) AS applied FROM vq.queue WHERE name = 'cf.ok1';
 
--------------------------------------------------------------------------------
--- Privileges: not executable by PUBLIC until granted.
--------------------------------------------------------------------------------
-CREATE ROLE vq_configure_plain;
-SET ROLE vq_configure_plain;
-SELECT vq_configure('{"queues": {"cf.byplain": {}}}');
-\echo :LAST_ERROR_SQLSTATE
-RESET ROLE;
-GRANT EXECUTE ON FUNCTION vq_configure(jsonb) TO vq_configure_plain;
-SET ROLE vq_configure_plain;
-SELECT vq_configure('{"queues": {"cf.byplain": {"instances": 4}}}');
-RESET ROLE;
-SELECT * FROM pg_temp.qs WHERE name = 'cf.byplain';
-DROP OWNED BY vq_configure_plain;
-DROP ROLE vq_configure_plain;
-
 -- Clean up.
 SELECT vq_unregister_handler('cf-other');
 DROP FUNCTION public.cf_handler(jsonb);
 SELECT vq_drop_contract_override('deliver-webhook'), vq_drop_contract_override('cf-other');
-SELECT vq_drop_queue('emails'), vq_drop_queue('priority'), vq_drop_queue('cf.new'), vq_drop_queue('cf.byplain');
+SELECT vq_drop_queue('emails'), vq_drop_queue('priority'), vq_drop_queue('cf.new');
 SELECT count(*) AS left_over FROM vq.queue WHERE name IN ('emails', 'priority') OR name LIKE 'cf%';
 SELECT count(*) AS left_over FROM vq.contract_override WHERE handler = 'deliver-webhook' OR handler LIKE 'cf%';

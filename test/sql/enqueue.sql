@@ -3,9 +3,12 @@
 --   * the stored row (state, attempt, job_id, handler_address, enqueued_by, times);
 --   * every validation error with its SQLSTATE and message, raised before vq.job is
 --     touched (shown by a second session holding an ACCESS EXCLUSIVE lock on vq.job);
---   * precedence per field: argument > contract override > handler default > framework
---     default, and registry cache invalidation (same session, same transaction, other session);
+--   * registry cache invalidation: a settings change made in the enqueuing transaction (and
+--     undone by its rollback) or committed by another session is seen by the next enqueue;
 --   * vq_enqueue_in resolved at call time; job_id idempotency; durable context; rollback.
+-- The precedence rule (argument > contract override > handler default > framework default)
+-- is tested in test/pgtap/precedence.sql; the EXECUTE check and enqueued_by across roles in
+-- security.sql; vq_enqueue_many in enqueue_batch.sql.
 \set SHOW_CONTEXT never
 SET client_min_messages = warning;
 
@@ -185,40 +188,10 @@ SELECT octet_length(job_id), state FROM enq_job(vq_enqueue('enq_plain', job_id =
 SELECT octet_length(job_id), state FROM enq_job(vq_enqueue('enq_plain', job_id => repeat('é', 127) || 'j'));
 
 ------------------------------------------------------------------------------
--- Precedence, one field at a time: argument > contract override > handler default >
--- framework default (default, 0, 3). enq_contract's defaults are (enq_qh, 5, 7).
+-- Registry cache. enq_contract's defaults are (enq_qh, 5, 7).
 ------------------------------------------------------------------------------
-SELECT 'plain handler: framework defaults' AS "case", * FROM enq_settings(vq_enqueue('enq_plain'));
-SELECT 'contract handler: handler defaults' AS "case", * FROM enq_settings(vq_enqueue('enq_contract'));
--- queue
-SELECT vq_set_contract_override('enq_contract', queue => 'enq_qo');
-SELECT 'queue: override' AS "case", * FROM enq_settings(vq_enqueue('enq_contract'));
-SELECT 'queue: argument' AS "case", * FROM enq_settings(vq_enqueue('enq_contract', queue => 'enq_qa'));
--- priority (the override now sets priority only)
-SELECT vq_set_contract_override('enq_contract', priority => 9);
-SELECT 'priority: override' AS "case", * FROM enq_settings(vq_enqueue('enq_contract'));
-SELECT 'priority: argument' AS "case", * FROM enq_settings(vq_enqueue('enq_contract', priority => 13));
-SELECT 'priority: argument 0' AS "case", * FROM enq_settings(vq_enqueue('enq_contract', priority => 0));
--- max_attempts (the override now sets max_attempts only)
-SELECT vq_set_contract_override('enq_contract', max_attempts => 11);
-SELECT 'max_attempts: override' AS "case", * FROM enq_settings(vq_enqueue('enq_contract'));
-SELECT 'max_attempts: argument' AS "case", * FROM enq_settings(vq_enqueue('enq_contract', max_attempts => 17));
--- all three overridden, and all three arguments
-SELECT vq_set_contract_override('enq_contract', 'enq_qo', 9, 11);
-SELECT 'override: all fields' AS "case", * FROM enq_settings(vq_enqueue('enq_contract'));
-SELECT 'arguments: all fields' AS "case", * FROM enq_settings(vq_enqueue('enq_contract', '{}', NULL, 'enq_qa', 13, 17));
-SELECT 'vq_enqueue_in: all fields' AS "case", * FROM enq_settings(vq_enqueue_in('enq_contract', '{}', '1 minute', 'enq_qa', 13, 17));
-SELECT 'vq_enqueue_in: override' AS "case", * FROM enq_settings(vq_enqueue_in('enq_contract', '{}', '1 minute'));
--- an override on a plain handler; dropping it reverts to the framework defaults
-SELECT vq_set_contract_override('enq_plain', priority => 9);
-SELECT 'plain handler, priority override' AS "case", * FROM enq_settings(vq_enqueue('enq_plain'));
-SELECT vq_drop_contract_override('enq_plain'), vq_drop_contract_override('enq_plain');
-SELECT 'plain handler, override dropped' AS "case", * FROM enq_settings(vq_enqueue('enq_plain'));
-SELECT vq_drop_contract_override('enq_contract');
-SELECT 'contract handler, override dropped' AS "case", * FROM enq_settings(vq_enqueue('enq_contract'));
-
--- Registry cache: a change inside the enqueuing transaction is seen at once, and
--- forgotten again when that transaction rolls back.
+-- A change inside the enqueuing transaction is seen at once, and forgotten again when that
+-- transaction rolls back.
 BEGIN;
 SELECT 'same transaction' AS "case", * FROM enq_settings(vq_enqueue('enq_contract'));
 SELECT vq_set_contract_override('enq_contract', 'enq_qo', 9, 11);

@@ -1,11 +1,12 @@
 -- enqueue_batch.sql: vq_enqueue_many (C).
 --   * ids returned in payload order (each payload landed with its id), NULL elements,
 --     empty array, untyped array literals;
---   * shared settings (queue, priority, max_attempts, run_at, metadata) on every row, with
---     the same precedence as vq_enqueue, and durable context merged in;
+--   * shared settings (queue, priority, max_attempts, run_at, metadata) on every row, and
+--     durable context merged in;
 --   * job_ids: NULL elements, duplicates inside the batch, ids already held;
 --   * validation errors with SQLSTATE, raised before vq.job is touched (a second session
 --     holds an ACCESS EXCLUSIVE lock on vq.job meanwhile).
+-- The precedence rule, for vq_enqueue_many too, is tested in test/pgtap/precedence.sql.
 \set SHOW_CONTEXT never
 SET client_min_messages = warning;
 
@@ -18,7 +19,7 @@ SELECT dblink_connect('enqb_other', :'connstr');
 -- Fixtures.
 CREATE FUNCTION enqb_fn(payload jsonb) RETURNS void LANGUAGE plpgsql AS $$BEGIN END$$;
 CREATE FUNCTION enqb_gone_fn(payload jsonb) RETURNS void LANGUAGE plpgsql AS $$BEGIN END$$;
-SELECT q.name FROM unnest(ARRAY['enqb_qh', 'enqb_qo', 'enqb_qa']) n, vq_create_queue(n) q;
+SELECT q.name FROM unnest(ARRAY['enqb_qh', 'enqb_qa']) n, vq_create_queue(n) q;
 SELECT vq_register_handler('enqb_plain', 'enqb_fn(jsonb)');
 SELECT vq_register_handler('enqb_contract', 'enqb_fn(jsonb)', 'enqb_qh', 5, 7);
 SELECT vq_register_notify_handler('enqb_notify', 'enqb_chan');
@@ -76,29 +77,6 @@ COMMIT;
 -- A past run_at is accepted.
 SELECT vq_enqueue_many('enqb_plain', ARRAY['{}']::jsonb[], '2000-01-01 00:00:00+00') AS ids \gset
 SELECT state, scheduled_at = '2000-01-01 00:00:00+00' AS past FROM vq.job WHERE execution_id = ANY (:'ids'::uuid[]);
--- Precedence, field by field (enqb_contract's defaults are enqb_qh, 5, 7).
-SELECT DISTINCT 'framework defaults' AS "case", queue, priority, max_attempts
-  FROM enqb_rows(vq_enqueue_many('enqb_plain', '{"{}","{}"}'));
-SELECT DISTINCT 'handler defaults' AS "case", queue, priority, max_attempts
-  FROM enqb_rows(vq_enqueue_many('enqb_contract', '{"{}","{}"}'));
-SELECT vq_set_contract_override('enqb_contract', queue => 'enqb_qo');
-SELECT DISTINCT 'queue: override' AS "case", queue, priority, max_attempts
-  FROM enqb_rows(vq_enqueue_many('enqb_contract', '{"{}","{}"}'));
-SELECT DISTINCT 'queue: argument' AS "case", queue, priority, max_attempts
-  FROM enqb_rows(vq_enqueue_many('enqb_contract', '{"{}","{}"}', queue => 'enqb_qa'));
-SELECT vq_set_contract_override('enqb_contract', priority => 9);
-SELECT DISTINCT 'priority: override' AS "case", queue, priority, max_attempts
-  FROM enqb_rows(vq_enqueue_many('enqb_contract', '{"{}","{}"}'));
-SELECT DISTINCT 'priority: argument' AS "case", queue, priority, max_attempts
-  FROM enqb_rows(vq_enqueue_many('enqb_contract', '{"{}","{}"}', priority => 13));
-SELECT vq_set_contract_override('enqb_contract', max_attempts => 11);
-SELECT DISTINCT 'max_attempts: override' AS "case", queue, priority, max_attempts
-  FROM enqb_rows(vq_enqueue_many('enqb_contract', '{"{}","{}"}'));
-SELECT DISTINCT 'max_attempts: argument' AS "case", queue, priority, max_attempts
-  FROM enqb_rows(vq_enqueue_many('enqb_contract', '{"{}","{}"}', max_attempts => 17));
-SELECT vq_drop_contract_override('enqb_contract');
-SELECT DISTINCT 'override dropped' AS "case", queue, priority, max_attempts
-  FROM enqb_rows(vq_enqueue_many('enqb_contract', '{"{}","{}"}'));
 -- Durable context is merged into every row's metadata; a collision fails the batch.
 SELECT vq_context_set('tenant', '7');
 SELECT pos, metadata FROM enqb_rows(vq_enqueue_many('enqb_plain', '{"{}","{}"}', metadata => '{"m": 1}'));
@@ -208,5 +186,5 @@ SELECT dblink_disconnect('enqb_other');
 DROP EXTENSION dblink;
 DELETE FROM vq.job WHERE handler LIKE 'enqb\_%';
 SELECT vq_unregister_handler(name) FROM vq.handler WHERE name LIKE 'enqb\_%' ORDER BY name;
-SELECT vq_drop_queue(n) FROM unnest(ARRAY['enqb_qh', 'enqb_qo', 'enqb_qa']) n;
+SELECT vq_drop_queue(n) FROM unnest(ARRAY['enqb_qh', 'enqb_qa']) n;
 DROP FUNCTION enqb_rows(uuid[]), enqb_fn(jsonb);

@@ -1,8 +1,8 @@
--- Handler registration: vq_register_handler / vq_register_notify_handler /
--- vq_unregister_handler and their validation (VQ102), the vq.handler_settings
--- view (override > handler default > framework default), bulk registration
--- with vq_register_handlers (every violation in one error, all or nothing),
--- and the privileges of these functions (not executable by PUBLIC).
+-- handlers.sql: handler registration, shown as output: vq_register_handler /
+-- vq_register_notify_handler / vq_unregister_handler, their errors (VQ102, with messages),
+-- the stored rows, the vq.handler_settings view, and a valid vq_register_handlers set.
+-- Elsewhere: the precedence rule (test/pgtap/precedence.sql), bulk-registration violation
+-- lists (test/pgtap/registration.sql), function privileges (test/pgtap/privileges.sql).
 \set SHOW_CONTEXT never
 
 CREATE SCHEMA hd;
@@ -25,32 +25,6 @@ SELECT (vq_create_queue('hd.q')).name, (vq_create_queue('hd.q2')).name;
 CREATE VIEW pg_temp.hs AS
 SELECT name, kind, address, takes_context, channel, queue, priority, max_attempts
   FROM vq.handler;
-
--- Runs vq_register_handlers(set); returns its SQLSTATE, the head of its message
--- and one row per violation (the error detail, or the message when there is no
--- detail), ordered by element, so the whole list can be compared.
-CREATE FUNCTION pg_temp.bulk_violations(handlers jsonb) RETURNS SETOF text
-LANGUAGE plpgsql AS $$
-DECLARE
-    n int;
-    st text;
-    msg text;
-    det text;
-BEGIN
-    n := vq_register_handlers(handlers);
-    RETURN NEXT format('registered %s', n);
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, det = PG_EXCEPTION_DETAIL;
-    RETURN NEXT 'sqlstate: ' || st;
-    IF coalesce(det, '') <> '' THEN
-        RETURN NEXT 'message: ' || substring(msg FROM '^[^:]*: [0-9]+ violations');
-    END IF;
-    RETURN QUERY
-        SELECT l FROM unnest(CASE WHEN coalesce(det, '') = '' THEN ARRAY[msg]
-                                  ELSE string_to_array(det, E'\n') END) AS l
-         ORDER BY substring(l FROM '^element ([0-9]+)')::int, l COLLATE "C";
-END
-$$;
 
 -------------------------------------------------------------------------------
 -- Function handlers: (jsonb) and (jsonb, vq.job_context), plain and contract.
@@ -164,32 +138,23 @@ SELECT vq_unregister_handler(repeat('h', 128));
 SELECT count(*) FROM vq.handler WHERE name IN ('hd.ret', repeat('h', 128));
 
 -------------------------------------------------------------------------------
--- vq.handler_settings: override > handler default > framework default.
+-- vq.handler_settings: one row per registered handler, with its kind, whether it
+-- declares defaults (is_contract) and its effective settings.
 -------------------------------------------------------------------------------
 SELECT name, kind, queue, priority, max_attempts, is_contract
   FROM vq.handler_settings WHERE name LIKE 'hd.%' ORDER BY name;
--- Overrides, per field.
-SELECT vq_set_contract_override('hd.contract', max_attempts => 1);
+-- An override does not make a handler a contract; an override of a handler that is not
+-- registered shows nowhere.
 SELECT vq_set_contract_override('hd.plain', 'hd.q2', 8);
-SELECT vq_set_contract_override('hd.partial', priority => -3);
-SELECT vq_set_contract_override('hd.notify-contract', 'default', 0, 3);
--- An override of a handler that is not registered shows nowhere.
 SELECT vq_set_contract_override('hd.unregistered', 'hd.q', 1, 1);
-SELECT name, queue, priority, max_attempts, is_contract
-  FROM vq.handler_settings WHERE name LIKE 'hd.%' ORDER BY name;
+SELECT name, is_contract FROM vq.handler_settings WHERE name IN ('hd.plain', 'hd.unregistered');
 -- The view and the C resolver agree.
 SELECT count(*) AS disagreements
   FROM vq.handler_settings s, LATERAL vq_resolve_target(s.name) r
  WHERE s.name LIKE 'hd.%'
    AND (r.handler_address, r.queue, r.priority, r.max_attempts)
        IS DISTINCT FROM (s.address, s.queue, s.priority, s.max_attempts);
--- Dropping the overrides restores the handler defaults.
-SELECT vq_drop_contract_override('hd.contract'), vq_drop_contract_override('hd.plain'),
-       vq_drop_contract_override('hd.partial'), vq_drop_contract_override('hd.notify-contract'),
-       vq_drop_contract_override('hd.unregistered');
-SELECT name, queue, priority, max_attempts
-  FROM vq.handler_settings WHERE name IN ('hd.contract', 'hd.plain', 'hd.partial', 'hd.notify-contract')
- ORDER BY name;
+SELECT vq_drop_contract_override('hd.plain'), vq_drop_contract_override('hd.unregistered');
 
 -------------------------------------------------------------------------------
 -- Bulk registration: vq_register_handlers(jsonb array) returns the count.
@@ -209,89 +174,6 @@ SELECT vq_register_handlers('{"name": "hb_x", "channel": "hb_chan"}');
 SELECT vq_register_handlers(NULL);
 \echo :LAST_ERROR_SQLSTATE
 
--- A set with many violations: ONE error (VQ102) whose detail lists every one,
--- and nothing is registered, not even the valid elements 1 and 2.
-SELECT vq_register_handler('hb_taken', 'hd.h_one(jsonb)');
-SELECT count(*) AS handlers_before FROM vq.handler \gset
-SELECT * FROM pg_temp.bulk_violations('[
-  {"name": "hb_ok1", "function": "hd.h_one(jsonb)"},
-  {"name": "hb_dup", "function": "hd.h_one(jsonb)"},
-  {"name": "hb_dup", "channel": "hb_chan"},
-  {"name": "hb_taken", "function": "hd.h_one(jsonb)"},
-  {"name": "hb bad", "function": "hd.h_one(jsonb)"},
-  {"name": "hb_missing", "function": "hd.nosuch(jsonb)"},
-  {"name": "hb_sig", "function": "hd.b_text(text)"},
-  {"name": "hb_field", "function": "hd.h_one(jsonb)", "colour": "red"},
-  {"name": "hb_queue", "channel": "hb_chan", "queue": "hd.nosuchq", "maxAttempts": 0},
-  5,
-  {"name": "hb_both", "function": "hd.h_one(jsonb)", "channel": "hb_chan"},
-  {"name": "hb_prio", "channel": "hb_chan", "priority": "high"},
-  {"name": "hb_proc", "function": "hd.b_proc(jsonb)"},
-  {"name": "hb_chan", "channel": ""}]');
-SELECT count(*) - :handlers_before AS handlers_added FROM vq.handler;
-SELECT count(*) AS registered FROM vq.handler WHERE name IN ('hb_ok1', 'hb_dup');
-
--- An element with several violations reports each of them, including those of
--- an element whose function is missing.
-SELECT * FROM pg_temp.bulk_violations('[
-  {"name": "hb bad2", "function": "hd.nosuch(jsonb)", "queue": "hd.nosuchq"}]');
-
--- A function that cannot be parsed or names an unknown type is a violation of
--- its element like any other (VQ102, listed with the rest), not a bare error.
-SELECT l LIKE 'sqlstate: %' AS is_code, l
-  FROM pg_temp.bulk_violations('[
-  {"name": "hb_noparen", "function": "hd.h_one"},
-  {"name": "hb_badtype", "function": "hd.h_one(hd.nosuchtype)"},
-  {"name": "hb_notext", "function": 5},
-  {"name": "hb_dup2", "channel": "hb_chan"},
-  {"name": "hb_dup2", "channel": "hb_chan"}]') AS l
- WHERE l LIKE 'sqlstate: %' OR l LIKE 'message: %';
-SELECT e AS element,
-       EXISTS (SELECT 1 FROM pg_temp.bulk_violations('[
-  {"name": "hb_noparen", "function": "hd.h_one"},
-  {"name": "hb_badtype", "function": "hd.h_one(hd.nosuchtype)"},
-  {"name": "hb_notext", "function": 5},
-  {"name": "hb_dup2", "channel": "hb_chan"},
-  {"name": "hb_dup2", "channel": "hb_chan"}]') AS l
-                WHERE l LIKE format('element %s %%', e)) AS reported
-  FROM generate_series(1, 5) AS e;
-SELECT count(*) AS registered FROM vq.handler WHERE name LIKE 'hb_no%' OR name IN ('hb_badtype', 'hb_dup2');
-
--------------------------------------------------------------------------------
--- Privileges: registration is not executable by PUBLIC until granted.
--------------------------------------------------------------------------------
-CREATE ROLE vq_handlers_plain;
-GRANT USAGE ON SCHEMA hd TO vq_handlers_plain;
-SET ROLE vq_handlers_plain;
--- Registrations are readable by everyone ...
-SELECT count(*) > 0 AS can_read FROM vq.handler_settings WHERE name LIKE 'hd.%';
--- ... but not changeable.
-SELECT vq_register_handler('hp.f', 'hd.h_one(jsonb)');
-\echo :LAST_ERROR_SQLSTATE
-SELECT vq_register_notify_handler('hp.n', 'hp_chan');
-\echo :LAST_ERROR_SQLSTATE
-SELECT vq_register_handlers('[{"name": "hp.b", "channel": "hp_chan"}]');
-\echo :LAST_ERROR_SQLSTATE
-SELECT vq_unregister_handler('hd.plain');
-\echo :LAST_ERROR_SQLSTATE
-DELETE FROM vq.handler WHERE name = 'hd.plain';
-\echo :LAST_ERROR_SQLSTATE
-RESET ROLE;
-GRANT EXECUTE ON FUNCTION vq_register_handler(text, regprocedure, text, integer, integer),
-                          vq_register_notify_handler(text, text, text, integer, integer),
-                          vq_register_handlers(jsonb),
-                          vq_unregister_handler(text)
-   TO vq_handlers_plain;
-SET ROLE vq_handlers_plain;
-SELECT vq_register_handler('hp.f', 'hd.h_one(jsonb)');
-SELECT vq_register_notify_handler('hp.n', 'hp_chan');
-SELECT vq_register_handlers('[{"name": "hp.b", "channel": "hp_chan"}]');
-SELECT vq_unregister_handler('hp.f'), vq_unregister_handler('hp.n'), vq_unregister_handler('hp.b');
-RESET ROLE;
-SELECT count(*) FROM vq.handler WHERE name LIKE 'hp.%';
-DROP OWNED BY vq_handlers_plain;
-DROP ROLE vq_handlers_plain;
-
 -- Clean up.
 SELECT count(*) AS unregistered FROM vq.handler h, LATERAL vq_unregister_handler(h.name) u
  WHERE (h.name LIKE 'hd.%' OR h.name LIKE 'hb%') AND u;
@@ -299,4 +181,4 @@ SELECT vq_drop_queue('hd.q'), vq_drop_queue('hd.q2');
 SET client_min_messages = warning;
 DROP SCHEMA hd CASCADE;
 RESET client_min_messages;
-SELECT count(*) AS left_over FROM vq.handler WHERE name LIKE 'hd.%' OR name LIKE 'hb%' OR name LIKE 'hp.%';
+SELECT count(*) AS left_over FROM vq.handler WHERE name LIKE 'hd.%' OR name LIKE 'hb%';

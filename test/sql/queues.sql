@@ -1,7 +1,7 @@
--- Queues and contract overrides: the default queue created at install, vq_create_queue /
--- vq_alter_queue / vq_drop_queue with their validation (VQ101, VQ004, VQ103),
--- vq_set_contract_override / vq_drop_contract_override, and the privileges of
--- these functions (not executable by PUBLIC).
+-- queues.sql: queues and contract overrides, shown as output: the default queue created at
+-- install, vq_create_queue / vq_alter_queue / vq_drop_queue with their errors (VQ101, VQ004,
+-- VQ103), vq_set_contract_override / vq_drop_contract_override. Who may call these functions
+-- (and write vq.queue) is tested in test/pgtap/privileges.sql.
 \set SHOW_CONTEXT never
 
 -- A small projection of a queue without timestamps.
@@ -183,40 +183,6 @@ SELECT count(*) AS left_over FROM vq.queue WHERE name IN ('qt.handlerq', 'qt.ove
 -- Dropping it again: unknown.
 SELECT vq_drop_queue('qt.defaults');
 \echo :LAST_ERROR_SQLSTATE
-
--------------------------------------------------------------------------------
--- Privileges: configuration is not executable by PUBLIC.
--------------------------------------------------------------------------------
-CREATE ROLE vq_queues_plain;
-SET ROLE vq_queues_plain;
--- Configuration is readable by everyone ...
-SELECT count(*) > 0 AS can_read FROM vq.queue;
--- ... but not changeable.
-SELECT vq_create_queue('qt.byplain');
-\echo :LAST_ERROR_SQLSTATE
-SELECT vq_alter_queue('default', sleep_delay_ms => 1);
-\echo :LAST_ERROR_SQLSTATE
-SELECT vq_drop_queue('qt.all');
-\echo :LAST_ERROR_SQLSTATE
-SELECT vq_set_contract_override('qt-plain', max_attempts => 2);
-\echo :LAST_ERROR_SQLSTATE
-SELECT vq_drop_contract_override('qt-plain');
-\echo :LAST_ERROR_SQLSTATE
--- Nor are the tables writable directly.
-INSERT INTO vq.queue (name) VALUES ('qt.direct');
-\echo :LAST_ERROR_SQLSTATE
-RESET ROLE;
-GRANT EXECUTE ON FUNCTION vq_create_queue(text, integer, integer, text, integer, integer, integer),
-                          vq_drop_queue(text) TO vq_queues_plain;
-SET ROLE vq_queues_plain;
-SELECT (vq_create_queue('qt.byplain', instances => 2)).instances;
-SELECT vq_drop_queue('qt.byplain');
--- The grant covers only what was granted.
-SELECT vq_alter_queue('default', sleep_delay_ms => 1);
-\echo :LAST_ERROR_SQLSTATE
-RESET ROLE;
-DROP OWNED BY vq_queues_plain;
-DROP ROLE vq_queues_plain;
 
 -- Clean up.
 SELECT vq_drop_queue('qt.all'), vq_drop_queue('qt_named'), vq_drop_queue('qt-nulls'),

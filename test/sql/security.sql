@@ -1,11 +1,10 @@
--- security.sql: who may do what.
---   1. nobody but the owner writes the tables of schema vq (PUBLIC only reads);
---   2. enqueue requires EXECUTE on the handler function; enqueued_by is current_user;
---   3. row-level security: a role sees the jobs of the roles it is a member of;
---   4. plain roles may enqueue/resolve/bind context but not change configuration;
---   5. every SECURITY DEFINER (and every SQL/PL) function pins a safe search_path;
---   6. a hostile schema ahead of pg_catalog on the caller's search_path changes nothing;
---   7. an enqueue never hands one role another role's data.
+-- security.sql: what a role gets back from the extension's security checks:
+--   1. enqueue requires EXECUTE on the handler function (42501 with its DETAIL), and
+--      enqueued_by is current_user (SET ROLE, role membership, SECURITY DEFINER);
+--   2. an enqueue never hands one role another role's execution_id;
+--   3. a hostile schema ahead of pg_catalog on the caller's search_path changes nothing.
+-- The privilege matrix (table and function privileges, row-level security, SECURITY DEFINER
+-- hygiene) is tested in test/pgtap/privileges.sql.
 \set SHOW_CONTEXT never
 -- Jobs are enqueued far in the future so that no worker ever runs them during the test.
 \set later '2999-01-01 00:00:00+00'
@@ -16,77 +15,7 @@ CREATE ROLE sec_c;          -- becomes a member of sec_a
 CREATE ROLE sec_admin;      -- a non-superuser granted the configuration functions
 
 ------------------------------------------------------------------------------
--- 1. Table privileges: PUBLIC may read, nobody else may write.
-------------------------------------------------------------------------------
--- Every (relation, privilege) in schema vq that PUBLIC or a plain role could use to write: none.
-SELECT c.relname, p.priv
-  FROM pg_class c
-  JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'vq'
- CROSS JOIN unnest(ARRAY['INSERT', 'UPDATE', 'DELETE', 'TRUNCATE', 'REFERENCES', 'TRIGGER']) AS p(priv)
- WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f')
-   AND (has_table_privilege('public', c.oid, p.priv) OR has_table_privilege('sec_a', c.oid, p.priv))
- ORDER BY 1, 2;
--- Nor the sequences behind the identity columns.
-SELECT c.relname
-  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'vq'
- WHERE CASE WHEN c.relkind = 'S'
-            THEN has_sequence_privilege('public', c.oid, 'USAGE') OR has_sequence_privilege('public', c.oid, 'UPDATE') END;
--- The seven tables, each readable and not writable by a plain role.
-SELECT t AS table_name,
-       has_table_privilege('sec_a', 'vq.' || t, 'SELECT') AS sel,
-       has_table_privilege('sec_a', 'vq.' || t, 'INSERT') AS ins,
-       has_table_privilege('sec_a', 'vq.' || t, 'UPDATE') AS upd,
-       has_table_privilege('sec_a', 'vq.' || t, 'DELETE') AS del,
-       has_table_privilege('sec_a', 'vq.' || t, 'TRUNCATE') AS trunc
-  FROM unnest(ARRAY['job', 'queue', 'handler', 'contract_override', 'job_transition', 'job_log', 'outbox']) AS t;
-
-SET ROLE sec_a;
-INSERT INTO vq.job (execution_id) VALUES (gen_random_uuid());
-\echo :LAST_ERROR_SQLSTATE
-UPDATE vq.job SET priority = 1;
-\echo :LAST_ERROR_SQLSTATE
-DELETE FROM vq.job;
-\echo :LAST_ERROR_SQLSTATE
-TRUNCATE vq.job;
-\echo :LAST_ERROR_SQLSTATE
-INSERT INTO vq.queue (name) VALUES ('sec_q_direct');
-\echo :LAST_ERROR_SQLSTATE
-UPDATE vq.queue SET paused = true;
-\echo :LAST_ERROR_SQLSTATE
-DELETE FROM vq.handler;
-\echo :LAST_ERROR_SQLSTATE
-TRUNCATE vq.contract_override;
-\echo :LAST_ERROR_SQLSTATE
--- Every table and write privilege, with the SQLSTATE and message it fails with.
-DO $$
-DECLARE
-    t text;
-    op text;
-    col text;
-BEGIN
-    FOR t, col IN SELECT * FROM (VALUES ('job', 'state'), ('queue', 'paused'), ('handler', 'priority'),
-                                        ('contract_override', 'priority'), ('job_transition', 'error'),
-                                        ('job_log', 'message'), ('outbox', 'status')) AS v LOOP
-        FOREACH op IN ARRAY ARRAY['INSERT', 'UPDATE', 'DELETE', 'TRUNCATE'] LOOP
-            BEGIN
-                EXECUTE CASE op
-                    WHEN 'INSERT' THEN format('INSERT INTO vq.%I DEFAULT VALUES', t)
-                    WHEN 'UPDATE' THEN format('UPDATE vq.%I SET %I = %I', t, col, col)
-                    WHEN 'DELETE' THEN format('DELETE FROM vq.%I', t)
-                    ELSE format('TRUNCATE vq.%I', t) END;
-                RAISE NOTICE '% vq.%: ALLOWED', op, t;
-            EXCEPTION WHEN others THEN
-                RAISE NOTICE '% vq.%: % %', op, t, SQLSTATE, SQLERRM;
-            END;
-        END LOOP;
-    END LOOP;
-END
-$$;
-RESET ROLE;
-SELECT count(*) AS queues_named_sec_q_direct FROM vq.queue WHERE name = 'sec_q_direct';
-
-------------------------------------------------------------------------------
--- 2. EXECUTE on the handler function, and enqueued_by.
+-- 1. EXECUTE on the handler function, and enqueued_by.
 ------------------------------------------------------------------------------
 CREATE FUNCTION sec_noop(jsonb) RETURNS void LANGUAGE sql AS '';
 REVOKE EXECUTE ON FUNCTION sec_noop(jsonb) FROM PUBLIC;
@@ -141,123 +70,7 @@ SELECT job_id, enqueued_by, payload ->> 'by' AS payload_by,
   FROM vq.job WHERE handler = 'sec_h' ORDER BY job_id;
 
 ------------------------------------------------------------------------------
--- 3. Row-level security on vq.job.
-------------------------------------------------------------------------------
-SET ROLE sec_a;
-SELECT job_id, enqueued_by FROM vq.job WHERE handler = 'sec_h' ORDER BY job_id;
-SET ROLE sec_b;
-SELECT job_id, enqueued_by FROM vq.job WHERE handler = 'sec_h' ORDER BY job_id;
--- sec_c (member of sec_a) sees sec_a's jobs and its own; sec_a does not see sec_c's.
-SET ROLE sec_c;
-SELECT job_id, enqueued_by FROM vq.job WHERE handler = 'sec_h' ORDER BY job_id;
-RESET ROLE;
--- A role that enqueued nothing sees nothing.
-SET ROLE sec_admin;
-SELECT count(*) AS visible_to_sec_admin FROM vq.job WHERE handler = 'sec_h';
-RESET ROLE;
--- The superuser sees all of them.
-SELECT count(*) AS visible_to_superuser FROM vq.job WHERE handler = 'sec_h';
-
-------------------------------------------------------------------------------
--- 4. Which functions a plain role may call.
-------------------------------------------------------------------------------
-SET ROLE sec_b;
-SELECT * FROM vq_resolve_target('sec_h');
-SELECT t FROM vq_supported_target_ids() AS t WHERE t LIKE 'sec\_%' ORDER BY 1;
-SELECT vq_backoff_delay('LINEAR', 1000, 60000, 2);
-SELECT vq_context_set('sec', '{"tenant": 1}');
-SELECT vq_context();
-SELECT vq_context_clear('sec');
-SELECT vq_context_clear();
-SELECT vq_context();
-SELECT * FROM vq.handler_settings WHERE name = 'sec_h';
-SELECT vq_register_handler('sec_evil', 'sec_noop(jsonb)');
-\echo :LAST_ERROR_SQLSTATE
-SELECT vq_register_notify_handler('sec_evil', 'sec_chan');
-\echo :LAST_ERROR_SQLSTATE
-SELECT vq_register_handlers('[{"name": "sec_evil", "channel": "sec_chan"}]');
-\echo :LAST_ERROR_SQLSTATE
-SELECT vq_unregister_handler('sec_h');
-\echo :LAST_ERROR_SQLSTATE
-SELECT vq_configure('{"queues": {"sec_q_evil": {}}}');
-\echo :LAST_ERROR_SQLSTATE
-SELECT vq_create_queue('sec_q_evil');
-\echo :LAST_ERROR_SQLSTATE
-SELECT vq_alter_queue('default', sleep_delay_ms => 1);
-\echo :LAST_ERROR_SQLSTATE
-SELECT vq_drop_queue('default');
-\echo :LAST_ERROR_SQLSTATE
-SELECT vq_set_contract_override('sec_h', max_attempts => 1);
-\echo :LAST_ERROR_SQLSTATE
-SELECT vq_drop_contract_override('sec_h');
-\echo :LAST_ERROR_SQLSTATE
-SELECT vq.raise_violations(ARRAY['x'], 'VQ101', 'x');
-\echo :LAST_ERROR_SQLSTATE
-RESET ROLE;
--- The same, for every configuration function, through the catalog.
-SELECT p.oid::regprocedure AS function,
-       has_function_privilege('public', p.oid, 'EXECUTE') AS public_may_execute
-  FROM pg_proc p
- WHERE p.oid = ANY (ARRAY[
-        'vq_register_handler(text, regprocedure, text, integer, integer)',
-        'vq_register_notify_handler(text, text, text, integer, integer)',
-        'vq_register_handlers(jsonb)',
-        'vq_unregister_handler(text)',
-        'vq_configure(jsonb)',
-        'vq_create_queue(text, integer, integer, text, integer, integer, integer)',
-        'vq_alter_queue(text, integer, integer, text, integer, integer, integer)',
-        'vq_drop_queue(text)',
-        'vq_set_contract_override(text, text, integer, integer)',
-        'vq_drop_contract_override(text)',
-        'vq.registry_changed()',
-        'vq_enqueue(text, jsonb, timestamptz, text, integer, integer, text, jsonb)',
-        'vq_enqueue_in(text, jsonb, interval, text, integer, integer, text, jsonb)',
-        'vq_enqueue_many(text, jsonb[], timestamptz, text, integer, integer, text[], jsonb)',
-        'vq_resolve_target(text)',
-        'vq_supported_target_ids()',
-        'vq_backoff_delay(text, integer, integer, integer)',
-        'vq_context_set(text, jsonb)',
-        'vq_context_clear(text)',
-        'vq_context()']::regprocedure[]::oid[])
- ORDER BY 2, p.oid::regprocedure::text;
--- No SECURITY DEFINER function of the extension is callable by PUBLIC unless it is meant to be
--- (today: none; list any that appear so that the choice is deliberate).
-SELECT p.oid::regprocedure AS public_security_definer_function
-  FROM pg_proc p
-  JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
-  JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'vq_job'
- WHERE p.prosecdef AND has_function_privilege('public', p.oid, 'EXECUTE')
- ORDER BY p.oid::regprocedure::text;
-
-------------------------------------------------------------------------------
--- 5. search_path hygiene of the extension's functions.
-------------------------------------------------------------------------------
--- SECURITY DEFINER functions without a pinned search_path: none (and there are some to check).
-SELECT count(*) > 0 AS has_security_definer_functions,
-       count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM unnest(p.proconfig) c WHERE c LIKE 'search\_path=%'))
-           AS security_definer_without_search_path
-  FROM pg_proc p
-  JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
-  JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'vq_job'
- WHERE p.prosecdef;
--- Every SQL or PL/pgSQL function of the extension pins a search_path that names no schema
--- PUBLIC can create objects in, with pg_temp (if named) last: offenders listed, none expected.
-SELECT p.oid::regprocedure AS offender, p.proconfig
-  FROM pg_proc p
-  JOIN pg_language l ON l.oid = p.prolang AND l.lanname IN ('sql', 'plpgsql')
-  JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
-  JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'vq_job'
- WHERE NOT EXISTS (
-         SELECT 1 FROM unnest(p.proconfig) c
-          WHERE c LIKE 'search\_path=%'
-            AND NOT EXISTS (SELECT 1 FROM regexp_split_to_table(substr(c, 13), '\s*,\s*') s(sch)
-                             WHERE btrim(s.sch, '"') NOT IN ('pg_catalog', 'pg_temp', 'vq'))
-            AND (c NOT LIKE '%pg\_temp%' OR c ~ 'pg_temp"?\s*$'))
- ORDER BY p.oid::regprocedure::text;
-
-
-------------------------------------------------------------------------------
--- 6. An enqueue never hands one role another role's data.
+-- 2. An enqueue never hands one role another role's data.
 ------------------------------------------------------------------------------
 -- sec_a's unfinished job holds job_id 'sec-a-1'. sec_b, who cannot see that job, enqueues the
 -- same job_id. Whatever the outcome (an error, or a job of its own), sec_b must not learn
@@ -280,7 +93,6 @@ EXCEPTION WHEN others THEN
 END
 $$;
 SET ROLE sec_b;
-SELECT count(*) AS sec_a_jobs_visible_to_sec_b FROM vq.job WHERE job_id = 'sec-a-1';
 SELECT sec_learns_a_id($$SELECT vq_enqueue('sec_h', '{"by": "b"}', job_id => 'sec-a-1')::text$$) AS leaked_by_vq_enqueue;
 SELECT sec_learns_a_id($$SELECT vq_enqueue_in('sec_h', '{"by": "b"}', '1 hour', job_id => 'sec-a-1')::text$$) AS leaked_by_vq_enqueue_in;
 SELECT sec_learns_a_id($$SELECT vq_enqueue_many('sec_h', ARRAY['{"by": "b"}']::jsonb[], job_ids => ARRAY['sec-a-1'])::text$$) AS leaked_by_vq_enqueue_many;
@@ -302,12 +114,19 @@ SELECT job_id, enqueued_by, payload ->> 'by' AS payload_by, state
   FROM vq.job WHERE execution_id = current_setting('sec.a_execution_id')::uuid;
 
 ------------------------------------------------------------------------------
--- 7. search_path hijack: objects named like the catalog's, ahead of pg_catalog.
+-- 3. search_path hijack: objects named like the catalog's, ahead of pg_catalog.
 ------------------------------------------------------------------------------
 CREATE SCHEMA sec_hijack;
 GRANT USAGE ON SCHEMA sec_hijack TO PUBLIC;
+-- Each trap records that it ran (in case the extension swallowed its error) and raises.
+CREATE TABLE sec_hijack.ran (what text);
+GRANT INSERT ON sec_hijack.ran TO PUBLIC;
 CREATE FUNCTION sec_hijack.boom(what text) RETURNS void LANGUAGE plpgsql
-    SET search_path = pg_catalog AS $$ BEGIN RAISE EXCEPTION 'hijacked: %', what; END $$;
+    SET search_path = pg_catalog AS $$
+BEGIN
+    INSERT INTO sec_hijack.ran VALUES (what);
+    RAISE EXCEPTION 'hijacked: %', what;
+END $$;
 -- Functions.
 CREATE FUNCTION sec_hijack.now() RETURNS timestamptz LANGUAGE plpgsql AS
     $$ BEGIN PERFORM sec_hijack.boom('now()'); RETURN NULL; END $$;
@@ -409,7 +228,7 @@ GRANT EXECUTE ON FUNCTION
 -- (suffix pl: configuration by sec_admin, enqueues and reads by sec_a). Calls print results
 -- whose display needs no operator; checks that compare values run after RESET search_path.
 
--- 7a. as the superuser
+-- 3a. as the superuser
 \c -
 \set sfx su
 \set cfg_role NONE
@@ -470,7 +289,7 @@ SELECT handler, payload ->> 'n' AS n, job_id = :'jid' AS is_jid, job_id LIKE 'de
   FROM vq.job WHERE handler IN (:'h', :'h2') ORDER BY handler, n;
 ----- end of hijack block -----
 
--- 7b. as plain roles
+-- 3b. as plain roles
 \c -
 \set sfx pl
 \set cfg_role sec_admin
@@ -530,6 +349,9 @@ SELECT handler, payload ->> 'n' AS n, job_id = :'jid' AS is_jid, job_id LIKE 'de
             ELSE scheduled_at::text END AS due
   FROM vq.job WHERE handler IN (:'h', :'h2') ORDER BY handler, n;
 ----- end of hijack block -----
+
+-- No hijack object ran, not even one whose error was swallowed.
+SELECT what AS hijack_objects_that_ran FROM sec_hijack.ran;
 
 ------------------------------------------------------------------------------
 -- Clean up (roles are cluster-wide).
