@@ -100,8 +100,10 @@ CREATE TABLE vq.job (
     progress_succeeded  bigint,
     progress_failed     bigint
 );
--- The claim path: due ENQUEUED rows of a queue, highest priority first, then earliest.
-CREATE INDEX job_claim_idx ON vq.job (queue, priority DESC, scheduled_at) WHERE state = 'ENQUEUED';
+-- The claim path: due ENQUEUED rows of a queue, highest priority first, then earliest
+-- (execution_id breaks ties, so a claim can resume exactly where the previous one ended).
+CREATE INDEX job_claim_idx ON vq.job (queue, priority DESC, scheduled_at, execution_id)
+    WHERE state = 'ENQUEUED';
 -- Finished jobs by age, for retention.
 CREATE INDEX job_finished_idx ON vq.job (finished_at) WHERE finished_at IS NOT NULL;
 -- Jobs claimed visibly, for the rescue of those whose executor died.
@@ -485,9 +487,11 @@ END
 $$;
 
 -- Wake the executors when the calling transaction commits (it made jobs due without enqueuing).
-CREATE FUNCTION vq.wake_executors() RETURNS void
+-- forget_positions: jobs were made ENQUEUED anywhere in claim order (vq_redrive), so the
+-- executors' claim positions must be learnt again.
+CREATE FUNCTION vq.wake_executors(forget_positions boolean DEFAULT false) RETURNS void
     LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'vq_wake_executors';
-REVOKE ALL ON FUNCTION vq.wake_executors() FROM PUBLIC;
+REVOKE ALL ON FUNCTION vq.wake_executors(boolean) FROM PUBLIC;
 
 -- Stop claiming from a queue (jobs already running finish), or start again.
 CREATE FUNCTION vq_pause_queue(name text) RETURNS void
@@ -1087,7 +1091,7 @@ BEGIN
         END;
     END LOOP;
     IF n > 0 THEN
-        PERFORM vq.wake_executors();
+        PERFORM vq.wake_executors(true);
     END IF;
     RETURN n;
 END

@@ -33,6 +33,7 @@
 #include "utils/memutils.h"
 
 #include "claim.h"
+#include "claimpos.h"
 #include "executor.h"
 #include "job.h"
 #include "outcome.h"
@@ -236,34 +237,139 @@ CopyJob(HeapTuple tup, TupleDesc desc)
 	return job;
 }
 
-/* Claim up to n due jobs of a queue (row locks only); returns them in claim order, in mcxt. */
-static List *
-ClaimJobs(VqQueue *queue, int n, TimestampTz now, MemoryContext mcxt)
-{
-	Datum		values[3];
-	List	   *jobs = NIL;
-	MemoryContext old;
+#define CLAIM_COLUMNS \
+	"SELECT execution_id, job_id, handler, handler_address, queue, priority," \
+	" attempt_number, max_attempts, scheduled_at, payload, metadata, enqueued_by" \
+	" FROM vq.job" \
+	" WHERE queue OPERATOR(pg_catalog.=) $1" \
+	" AND state OPERATOR(pg_catalog.=) 'ENQUEUED'::vq.job_state" \
+	" AND scheduled_at OPERATOR(pg_catalog.<=) $2"
 
-	values[0] = queue->name_datum;
-	values[1] = TimestampTzGetDatum(now);
-	values[2] = Int32GetDatum(n);
+/* Append the rows the last claim statement returned to jobs, copied into mcxt. */
+static List *
+CopyJobs(List *jobs, MemoryContext mcxt)
+{
+	MemoryContext old = MemoryContextSwitchTo(mcxt);
+
+	for (uint64 i = 0; i < SPI_processed; i++)
+		jobs = lappend(jobs, CopyJob(SPI_tuptable->vals[i], SPI_tuptable->tupdesc));
+	MemoryContextSwitchTo(old);
+	return jobs;
+}
+
+/* Claim up to n due jobs of a queue from the start of claim order (row locks only). */
+static List *
+ClaimFromStart(VqQueue *queue, int n, TimestampTz now, MemoryContext mcxt)
+{
+	Datum		values[3] = {queue->name_datum, TimestampTzGetDatum(now), Int32GetDatum(n)};
+
 	if (SPI_execute_plan(VqKeepPlan(&claim_plan,
-								  "SELECT execution_id, job_id, handler, handler_address, queue, priority,"
-								  " attempt_number, max_attempts, scheduled_at, payload, metadata, enqueued_by"
-								  " FROM vq.job"
-								  " WHERE queue OPERATOR(pg_catalog.=) $1"
-								  " AND state OPERATOR(pg_catalog.=) 'ENQUEUED'::vq.job_state"
-								  " AND scheduled_at OPERATOR(pg_catalog.<=) $2"
-								  " ORDER BY priority DESC, scheduled_at"
+								  CLAIM_COLUMNS
+								  " ORDER BY priority DESC, scheduled_at, execution_id"
 								  " LIMIT $3 FOR UPDATE SKIP LOCKED",
 								  3, (Oid[]) {TEXTOID, TIMESTAMPTZOID, INT4OID}),
 						 values, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "vq_job: claim failed");
+	return CopyJobs(NIL, mcxt);
+}
 
-	old = MemoryContextSwitchTo(mcxt);
-	for (uint64 i = 0; i < SPI_processed; i++)
-		jobs = lappend(jobs, CopyJob(SPI_tuptable->vals[i], SPI_tuptable->tupdesc));
-	MemoryContextSwitchTo(old);
+/* Claim up to n due jobs of one priority level, after its position; appends them to jobs. */
+static List *
+ClaimFromLevel(VqQueue *queue, VqClaimScan *scan, int n, TimestampTz now, MemoryContext mcxt, List *jobs)
+{
+	static SPIPlanPtr level_plan = NULL;
+	Datum		values[6];
+	VqJob	   *last;
+
+	values[0] = queue->name_datum;
+	values[1] = TimestampTzGetDatum(now);
+	values[2] = Int32GetDatum(scan->priority);
+	values[3] = TimestampTzGetDatum(scan->from.scheduled_at);
+	values[4] = UUIDPGetDatum(&scan->from.execution_id);
+	values[5] = Int32GetDatum(n);
+	if (SPI_execute_plan(VqKeepPlan(&level_plan,
+								  CLAIM_COLUMNS
+								  " AND priority OPERATOR(pg_catalog.=) $3"
+								  " AND (scheduled_at, execution_id) OPERATOR(pg_catalog.>) ($4, $5)"
+								  " ORDER BY scheduled_at, execution_id"
+								  " LIMIT $6 FOR UPDATE SKIP LOCKED",
+								  6, (Oid[]) {TEXTOID, TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID, UUIDOID, INT4OID}),
+						 values, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "vq_job: claim failed");
+	if (SPI_processed == 0)
+		return jobs;
+	jobs = CopyJobs(jobs, mcxt);
+	last = llast(jobs);
+	scan->took = true;
+	scan->last.scheduled_at = last->scheduled_at;
+	scan->last.execution_id = last->execution_id;
+	return jobs;
+}
+
+/*
+ * Find the priority levels that have ENQUEUED jobs in a queue (one index
+ * probe per level) and tell the positions; claims then scan each level from
+ * its position. Done once per queue after the executors start or forgot
+ * their positions.
+ */
+static void
+LearnLevels(VqQueue *queue)
+{
+	static SPIPlanPtr levels_plan = NULL;
+	int32		priorities[VQ_MAX_CLAIM_LEVELS];
+	int			n;
+
+	if (SPI_execute_plan(VqKeepPlan(&levels_plan,
+								  "WITH RECURSIVE l(p) AS ("
+								  " SELECT pg_catalog.max(priority) FROM vq.job"
+								  "  WHERE queue OPERATOR(pg_catalog.=) $1"
+								  "  AND state OPERATOR(pg_catalog.=) 'ENQUEUED'::vq.job_state"
+								  " UNION ALL"
+								  " SELECT (SELECT pg_catalog.max(priority) FROM vq.job"
+								  "  WHERE queue OPERATOR(pg_catalog.=) $1"
+								  "  AND state OPERATOR(pg_catalog.=) 'ENQUEUED'::vq.job_state"
+								  "  AND priority OPERATOR(pg_catalog.<) l.p)"
+								  " FROM l WHERE l.p IS NOT NULL)"
+								  " SELECT p FROM l WHERE p IS NOT NULL LIMIT $2",
+								  2, (Oid[]) {TEXTOID, INT4OID}),
+						 (Datum[]) {queue->name_datum, Int32GetDatum(VQ_MAX_CLAIM_LEVELS + 1)},
+						 NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "vq_job: finding a queue's priority levels failed");
+	n = (int) Min(SPI_processed, VQ_MAX_CLAIM_LEVELS);
+	for (int i = 0; i < n; i++)
+	{
+		bool		isnull;
+
+		priorities[i] = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+	}
+	if (SPI_processed > VQ_MAX_CLAIM_LEVELS)
+		VqMyDatabaseSlot->positions.overflow = true;	/* (read unlocked: a hint; Learn sets it too) */
+	VqClaimPositionsLearn(VqMyDatabaseSlot, queue->name, priorities, n);
+}
+
+/*
+ * Claim up to n due jobs of a queue (row locks only); returns them in claim
+ * order, in mcxt. Each priority level is scanned from where the claims got to
+ * (claimpos.c); a queue whose levels are not known is claimed from the start.
+ */
+static List *
+ClaimJobs(VqQueue *queue, int n, TimestampTz now, MemoryContext mcxt)
+{
+	VqClaimScan *scans = palloc(sizeof(VqClaimScan) * VQ_MAX_CLAIM_LEVELS);
+	int			nscans;
+	List	   *jobs = NIL;
+
+	if (!VqClaimPositionsBegin(VqMyDatabaseSlot, VqMyExecutorIndex, queue->name, scans, &nscans))
+	{
+		if (VqMyDatabaseSlot->positions.overflow)
+			return ClaimFromStart(queue, n, now, mcxt);
+		LearnLevels(queue);
+		if (!VqClaimPositionsBegin(VqMyDatabaseSlot, VqMyExecutorIndex, queue->name, scans, &nscans))
+			return ClaimFromStart(queue, n, now, mcxt);
+	}
+	for (int i = 0; i < nscans && list_length(jobs) < n; i++)
+		jobs = ClaimFromLevel(queue, &scans[i], n - list_length(jobs), now, mcxt, jobs);
+	VqClaimPositionsEnd(VqMyDatabaseSlot, VqMyExecutorIndex, queue->name, scans, nscans);
 	return jobs;
 }
 

@@ -83,7 +83,8 @@ LoadJobForConsumer(pg_uuid_t *id, Oid caller, char **state, bool *external)
 
 	if (SPI_execute_plan(VqKeepPlan(&job_plan,
 							  "SELECT execution_id, job_id, handler, handler_address, queue, attempt_number,"
-							  " max_attempts, enqueued_by, state::pg_catalog.text, worker_pid IS NULL"
+							  " max_attempts, enqueued_by, state::pg_catalog.text, worker_pid IS NULL,"
+							  " priority, scheduled_at"
 							  " FROM vq.job WHERE execution_id OPERATOR(pg_catalog.=) $1 FOR UPDATE",
 							  1, (Oid[]) {UUIDOID}),
 						 &arg, NULL, false, 1) != SPI_OK_SELECT)
@@ -103,6 +104,8 @@ LoadJobForConsumer(pg_uuid_t *id, Oid caller, char **state, bool *external)
 	job->enqueued_by = DatumGetObjectId(SPI_getbinval(tup, desc, 8, &isnull));
 	*state = SPI_getvalue(tup, desc, 9);
 	*external = DatumGetBool(SPI_getbinval(tup, desc, 10, &isnull));
+	job->priority = DatumGetInt32(SPI_getbinval(tup, desc, 11, &isnull));
+	job->scheduled_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 12, &isnull));
 	job->running = true;
 
 	if (!has_privs_of_role(caller, job->enqueued_by) && !GrantedConsumer(caller, job->handler))
@@ -165,7 +168,7 @@ Reply(FunctionCallInfo fcinfo, const char *error, int attempt_arg)
 		}
 		accepted = true;
 		/* the reply frees the queue's capacity: let the executors announce the next job at commit */
-		(void) VqWakeForJobAtCommit(GetCurrentTimestamp(), 0);
+		VqWakeAtCommit(GetCurrentTimestamp());
 	}
 	/* (ignored lives in SPI memory: report it before SPI_finish frees it) */
 	if (ignored != NULL)

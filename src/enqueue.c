@@ -368,8 +368,8 @@ InsertOne(const JobSpec *spec, Datum payload, bool payload_null, text *job_id)
 	SPI_finish();
 	VqRestoreUser(&saved);
 	error_context_stack = errcb.previous;
-	if (!spec->queue->paused)	/* nobody claims from a paused queue: waking would be wasted */
-		(void) VqWakeForJobAtCommit(spec->scheduled_at, spec->queue->wake_hint);
+	/* (nobody claims from a paused queue: waking it would be wasted) */
+	VqJobsEnqueuedAtCommit(spec->queue->name, spec->priority, spec->scheduled_at, !spec->queue->paused);
 	return result;
 }
 
@@ -569,8 +569,7 @@ vq_enqueue_many(PG_FUNCTION_ARGS)
 	SPI_finish();
 	VqRestoreUser(&saved);
 	error_context_stack = errcb.previous;
-	if (!spec.queue->paused)
-		(void) VqWakeForJobAtCommit(spec.scheduled_at, spec.queue->wake_hint);
+	VqJobsEnqueuedAtCommit(spec.queue->name, spec.priority, spec.scheduled_at, !spec.queue->paused);
 
 	PG_RETURN_ARRAYTYPE_P(construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
 }
@@ -635,14 +634,12 @@ VqEnqueueManyResolved(VqRegistry *registry, int n, Datum *handlers, Datum *addre
 	pg_uuid_t  *uuids = palloc(sizeof(pg_uuid_t) * n);
 	int			dims[1] = {n};
 	int			lbs[1] = {1};
-	TimestampTz earliest = VQ_NO_NEXT_DUE;
 	VqSavedUser saved;
 
 	for (int i = 0; i < n; i++)
 	{
 		NewUuid(&uuids[i]);
 		ids[i] = UUIDPGetDatum(&uuids[i]);
-		earliest = Min(earliest, DatumGetTimestampTz(scheduled[i]));
 	}
 	values[0] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
 	values[1] = PointerGetDatum(construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
@@ -671,5 +668,7 @@ VqEnqueueManyResolved(VqRegistry *registry, int n, Datum *handlers, Datum *addre
 			 values, NULL, SPI_OK_INSERT);
 	SPI_finish();
 	VqRestoreUser(&saved);
-	(void) VqWakeForJobAtCommit(earliest, 0);
+	for (int i = 0; i < n; i++)
+		VqJobsEnqueuedAtCommit(TextDatumGetCString(queues[i]), DatumGetInt32(priorities[i]),
+							   DatumGetTimestampTz(scheduled[i]), true);
 }

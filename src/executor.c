@@ -64,6 +64,7 @@
 #include "utils/wait_event.h"
 
 #include "claim.h"
+#include "claimpos.h"
 #include "dispatch.h"
 #include "executor.h"
 #include "jobapi.h"
@@ -177,6 +178,9 @@ DetachSlot(int code, Datum arg)
 	if (VqMyExecutorSlot == NULL)
 		return;
 	LWLockAcquire(VqMyDatabaseSlot->lock, LW_EXCLUSIVE);
+	/* an error may have released claimed jobs without lowering the claim positions */
+	if (code != 0)
+		VqClaimPositionsForget(VqMyDatabaseSlot);
 	if (VqMyExecutorSlot->pid == MyProcPid)
 	{
 		VqMyExecutorSlot->pid = 0;
@@ -410,11 +414,26 @@ BatchFull(TimestampTz started, int writers)
 }
 
 /*
+ * Claimed jobs this cycle does not reach stay ENQUEUED: their row locks go
+ * with the commit, and after it the claim positions must come back to them.
+ */
+static void
+ReleaseUnreached(List *jobs, int first)
+{
+	for (int i = first; i < list_length(jobs); i++)
+	{
+		VqJob	   *job = list_nth(jobs, i);
+
+		VqJobsEnqueuedAtCommit(job->queue, job->priority, job->scheduled_at, true);
+	}
+}
+
+/*
  * Run a claimed batch in the open transaction: inline jobs one by one, until
  * a job must be claimed visibly (it is marked RUNNING and returned, to run
  * after the commit), time or subtransaction limits are reached, or shutdown is
  * requested. Failures are recorded at once, successes together at the end.
- * Jobs not reached stay ENQUEUED: their row locks go with the commit.
+ * Jobs not reached are released (ReleaseUnreached).
  */
 static VqJob *
 RunBatch(List *jobs, VqQueue *queue, bool *ran_jobs)
@@ -431,7 +450,10 @@ RunBatch(List *jobs, VqQueue *queue, bool *ran_jobs)
 		VqOutcome  *outcome;
 
 		if (BatchFull(started, writers))
+		{
+			ReleaseUnreached(jobs, foreach_current_index(lc));
 			break;
+		}
 		if (strncmp(job->address, "notify:", 7) == 0)
 		{
 			VqDispatchNotify(job, job->address + 7);
@@ -443,6 +465,7 @@ RunBatch(List *jobs, VqQueue *queue, bool *ran_jobs)
 			VqPersistRunning(job, false, GetCurrentTimestamp());
 			if (done != NIL)
 				VqPersistCompleted(done, done_outcomes, GetCurrentTimestamp());
+			ReleaseUnreached(jobs, foreach_current_index(lc) + 1);
 			return job;
 		}
 		outcome = MemoryContextAllocZero(cycle_context, sizeof(VqOutcome));

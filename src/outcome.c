@@ -237,7 +237,8 @@ VqPersistFailure(VqJob *job, VqOutcome *outcome, VqQueue *queue, TimestampTz now
 
 	/* the retry is a due time the executors must not sleep past */
 	if (written > 0 && retry)
-		(void) VqWakeForJobAtCommit(next_at, queue ? queue->wake_hint : 0);
+		VqJobsEnqueuedAtCommit(job->queue, job->priority,
+							   outcome->kind == VQ_OUTCOME_ABANDONED ? job->scheduled_at : next_at, true);
 	return written > 0;
 }
 
@@ -309,7 +310,7 @@ ReadRescueCandidates(TimestampTz now)
 									: DT_NOBEGIN);
 	if (SPI_execute_plan(VqKeepPlan(&orphans_plan,
 							  "SELECT execution_id, attempt_number, max_attempts, queue, worker_pid,"
-							  " worker_started_at, updated_at"
+							  " worker_started_at, updated_at, priority, scheduled_at"
 							  " FROM vq.job"
 							  " WHERE state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state"
 							  " AND (worker_pid IS NOT NULL"
@@ -331,6 +332,8 @@ ReadRescueCandidates(TimestampTz now)
 		r->job.queue = SPI_getvalue(tup, desc, 4);
 		r->job.running = true;
 		r->job.updated_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 7, &isnull));
+		r->job.priority = DatumGetInt32(SPI_getbinval(tup, desc, 8, &isnull));
+		r->job.scheduled_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 9, &isnull));
 		r->worker_pid = r->external ? 0 : DatumGetInt32(pid);
 		r->worker_started_at = r->external ? 0 : DatumGetTimestampTz(SPI_getbinval(tup, desc, 6, &isnull));
 		jobs = lappend(jobs, r);

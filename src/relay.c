@@ -376,7 +376,7 @@ RecordUndelivered(OutboxRow *row, RelayResult result, const char *message, Times
 								  4, (Oid[]) {INT8OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}),
 							 values, NULL, false, 0) != SPI_OK_UPDATE)
 			elog(ERROR, "vq_job: recording an outbox retry failed");
-		(void) VqWakeForJobAtCommit(DatumGetTimestampTz(values[3]), 0);
+		VqWakeAtCommit(DatumGetTimestampTz(values[3]));
 	}
 }
 

@@ -17,6 +17,9 @@
  *    read by the executors.
  *  - slot->cancel_seq[i]: a request box to executor i (vq_cancel writes the
  *    sequence number of the run to flag; executor i reads it).
+ *  - slot->positions: where claims got to in each (queue, priority), under
+ *    the slot's lock: executors advance them after a claim, and every commit
+ *    that makes a job ENQUEUED lowers them (claimpos.c).
  *  - slot->executors[i]: executor i only (see VqExecutorSlot).
  */
 #ifndef VQ_SHMEM_H
@@ -53,6 +56,41 @@ typedef enum VqExtensionFound
 	VQ_EXT_PRESENT,
 	VQ_EXT_ABSENT				/* not installed, or installed at another version */
 } VqExtensionFound;
+
+/*
+ * Claim positions. A queue's jobs are claimed in (priority DESC, scheduled_at,
+ * execution_id) order; for each priority level of a queue the slot remembers
+ * where the claims got to, so that the next claim's index scan starts there
+ * instead of walking again over the entries of jobs finished since (which a
+ * held snapshot keeps from being cleaned up). The invariant: every ENQUEUED
+ * job of the level that no claim holds and whose commit is visible comes
+ * after pos, or a commit will lower pos before it. See claimpos.c.
+ */
+#define VQ_MAX_CLAIM_LEVELS 64		/* (queue, priority) pairs remembered per database */
+#define VQ_MAX_CLAIM_QUEUES 64		/* queues whose levels are all known, per database */
+
+typedef struct VqClaimKey
+{
+	TimestampTz scheduled_at;
+	pg_uuid_t	execution_id;
+} VqClaimKey;
+
+typedef struct VqClaimLevel
+{
+	bool		used;
+	char		queue[VQ_NAME_MAX + 1];
+	int32		priority;
+	VqClaimKey	pos;			/* claims resume after this key */
+	uint32		claimers;		/* bit i: executor i is claiming from this level now */
+	VqClaimKey	floor[VQ_MAX_EXECUTORS];	/* lowest key committed during executor i's claim */
+} VqClaimLevel;
+
+typedef struct VqClaimPositions
+{
+	bool		overflow;		/* a level did not fit: every claim falls back to the plain scan */
+	char		known[VQ_MAX_CLAIM_QUEUES][VQ_NAME_MAX + 1];	/* queues whose levels are all here ('' = free) */
+	VqClaimLevel levels[VQ_MAX_CLAIM_LEVELS];
+} VqClaimPositions;
 
 /* Requests to the launcher about one database (under the slot's lock). */
 typedef struct VqLauncherRequest
@@ -111,6 +149,7 @@ typedef struct VqDatabaseSlot
 	pg_atomic_uint32 due_queue_hint;	/* VqQueueHash of a queue that just got due jobs (0: none) */
 	pg_atomic_uint64 extension_generation;	/* CREATE / DROP EXTENSION vq_job commits */
 	pg_atomic_uint64 cancel_seq[VQ_MAX_EXECUTORS];	/* run to flag cancelled, per executor */
+	VqClaimPositions positions; /* under the slot's lock: advanced by claims, lowered by commits */
 	VqExecutorSlot executors[VQ_MAX_EXECUTORS];
 } VqDatabaseSlot;
 

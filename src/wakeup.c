@@ -28,6 +28,7 @@
 #include "miscadmin.h"
 #include "utils/resowner.h"
 
+#include "claimpos.h"
 #include "launcher.h"
 #include "shmem.h"
 #include "wakeup.h"
@@ -35,8 +36,22 @@
 PG_FUNCTION_INFO_V1(vq_wake_executors);
 PG_FUNCTION_INFO_V1(vq_launcher_wakeup);
 
+/* A priority level of a queue that this transaction gave ENQUEUED jobs. */
+typedef struct NotedLevel
+{
+	char		queue[VQ_NAME_MAX + 1];
+	int32		priority;
+	TimestampTz scheduled_at;	/* the earliest of them */
+} NotedLevel;
+
+/* More levels than this in one transaction: forget every claim position instead. */
+#define MAX_NOTED_LEVELS 16
+
 /* What this transaction noted, for its end. */
 static bool callbacks_registered = false;
+static NotedLevel noted_levels[MAX_NOTED_LEVELS];
+static int	n_noted_levels = 0;
+static bool forget_positions_at_commit = false;
 static bool due_at_commit = false;
 static uint32 queue_hint_at_commit = 0;	/* VqQueueHash of the last queue given due jobs */
 static TimestampTz next_due_at_commit = VQ_NO_NEXT_DUE;
@@ -49,6 +64,8 @@ static Oid	resume_database = InvalidOid;
 static void
 ForgetNotes(void)
 {
+	n_noted_levels = 0;
+	forget_positions_at_commit = false;
 	due_at_commit = false;
 	queue_hint_at_commit = 0;
 	next_due_at_commit = VQ_NO_NEXT_DUE;
@@ -107,7 +124,10 @@ WakeSlot(VqDatabaseSlot *slot, void *arg)
 	WakeUp	   *w = arg;
 
 	if (w->extension_changed)
+	{
 		pg_atomic_fetch_add_u64(&slot->extension_generation, 1);
+		VqClaimPositionsForget(slot);	/* (the slot's lock is held exclusively for this one) */
+	}
 	else if (w->relay)
 		pg_atomic_fetch_add_u64(&slot->relay_wake_count, 1);
 	else if (w->due_now)
@@ -153,6 +173,18 @@ VqWakeLauncher(void)
 	LWLockRelease(VqShared->lock);
 }
 
+/* Lower (or forget) the claim positions as this transaction's notes say (slot lock held). */
+static void
+LowerPositions(VqDatabaseSlot *slot, void *arg)
+{
+	if (forget_positions_at_commit)
+		VqClaimPositionsForget(slot);
+	else
+		for (int i = 0; i < n_noted_levels; i++)
+			VqClaimPositionLower(slot, noted_levels[i].queue, noted_levels[i].priority,
+								 noted_levels[i].scheduled_at);
+}
+
 /* End of a top-level transaction (after its locks are released): act on what it noted. */
 static void
 WakeupReleaseCallback(ResourceReleasePhase phase, bool isCommit, bool isTopLevel, void *arg)
@@ -161,6 +193,9 @@ WakeupReleaseCallback(ResourceReleasePhase phase, bool isCommit, bool isTopLevel
 		return;
 	if (isCommit)
 	{
+		/* first the positions: a woken executor must find the jobs */
+		if (n_noted_levels > 0 || forget_positions_at_commit)
+			(void) VqWithDatabaseSlot(MyDatabaseId, LW_EXCLUSIVE, LowerPositions, NULL);
 		if (due_at_commit)
 			VqWakeExecutors(MyDatabaseId, true, 0, queue_hint_at_commit);
 		if (next_due_at_commit != VQ_NO_NEXT_DUE)
@@ -169,7 +204,7 @@ WakeupReleaseCallback(ResourceReleasePhase phase, bool isCommit, bool isTopLevel
 			(void) VqWithDatabaseSlot(MyDatabaseId, LW_SHARED, WakeSlot, &(WakeUp) {.relay = true});
 		if (extension_changed_at_commit)
 		{
-			(void) VqWithDatabaseSlot(MyDatabaseId, LW_SHARED, WakeSlot, &(WakeUp) {.extension_changed = true});
+			(void) VqWithDatabaseSlot(MyDatabaseId, LW_EXCLUSIVE, WakeSlot, &(WakeUp) {.extension_changed = true});
 			VqWakeLauncher();
 		}
 	}
@@ -205,21 +240,71 @@ RegisterCallbacks(void)
 	}
 }
 
-/* At commit: a job becomes due at scheduled_at (in the queue queue_hint names); returns whether now. */
-bool
-VqWakeForJobAtCommit(TimestampTz scheduled_at, uint32 queue_hint)
+/* At commit: something becomes due at due; the executors are woken then. Returns whether it is now. */
+static bool
+WakeAt(TimestampTz due, uint32 queue_hint)
 {
 	RegisterCallbacks();
-	if (scheduled_at <= GetCurrentTimestamp())
+	if (due <= GetCurrentTimestamp())
 	{
 		due_at_commit = true;
 		if (queue_hint != 0)
 			queue_hint_at_commit = queue_hint;
 		return true;
 	}
-	if (scheduled_at < next_due_at_commit)
-		next_due_at_commit = scheduled_at;
+	if (due < next_due_at_commit)
+		next_due_at_commit = due;
 	return false;
+}
+
+/* At commit: something other than a job becomes due at due. */
+void
+VqWakeAtCommit(TimestampTz due)
+{
+	(void) WakeAt(due, 0);
+}
+
+/* Note a level this transaction gives ENQUEUED jobs, for the claim positions. */
+static void
+NoteLevel(const char *queue, int32 priority, TimestampTz scheduled_at)
+{
+	for (int i = 0; i < n_noted_levels; i++)
+	{
+		NotedLevel *l = &noted_levels[i];
+
+		if (l->priority == priority && strcmp(l->queue, queue) == 0)
+		{
+			l->scheduled_at = Min(l->scheduled_at, scheduled_at);
+			return;
+		}
+	}
+	if (n_noted_levels == MAX_NOTED_LEVELS)
+	{
+		forget_positions_at_commit = true;
+		return;
+	}
+	strlcpy(noted_levels[n_noted_levels].queue, queue, VQ_NAME_MAX + 1);
+	noted_levels[n_noted_levels].priority = priority;
+	noted_levels[n_noted_levels].scheduled_at = scheduled_at;
+	n_noted_levels++;
+}
+
+/* At commit: jobs of (queue, priority) become ENQUEUED, due at scheduled_at or later. */
+void
+VqJobsEnqueuedAtCommit(const char *queue, int32 priority, TimestampTz scheduled_at, bool wake)
+{
+	RegisterCallbacks();
+	NoteLevel(queue, priority, scheduled_at);
+	if (wake)
+		(void) WakeAt(scheduled_at, VqQueueHash(queue));
+}
+
+/* At commit: jobs became ENQUEUED by means the claim positions cannot follow. */
+void
+VqForgetClaimPositionsAtCommit(void)
+{
+	RegisterCallbacks();
+	forget_positions_at_commit = true;
 }
 
 /* At commit: outbox rows become due at scheduled_at (a future row is a due time like a job's). */
@@ -230,7 +315,7 @@ VqWakeRelayAtCommit(TimestampTz scheduled_at)
 	if (scheduled_at <= GetCurrentTimestamp())
 		relay_at_commit = true;
 	else
-		(void) VqWakeForJobAtCommit(scheduled_at, 0);
+		(void) WakeAt(scheduled_at, 0);
 }
 
 /* At commit: vq_job was created or dropped in this database. */
@@ -251,14 +336,18 @@ VqResumeDatabaseAtEnd(Oid dboid)
 }
 
 /*
- * vq.wake_executors(): the calling transaction made jobs due by other means
- * than an enqueue (a queue resumed, jobs re-driven): wake the executors at
- * commit rather than leaving the jobs to the next poll.
+ * vq.wake_executors(forget_positions): the calling transaction made jobs due
+ * by other means than an enqueue (a queue resumed, jobs re-driven): wake the
+ * executors at commit rather than leaving the jobs to the next poll; and when
+ * jobs were made ENQUEUED anywhere in claim order (re-driven), forget the
+ * claim positions.
  */
 Datum
 vq_wake_executors(PG_FUNCTION_ARGS)
 {
-	(void) VqWakeForJobAtCommit(GetCurrentTimestamp(), 0);
+	if (!PG_ARGISNULL(0) && PG_GETARG_BOOL(0))
+		VqForgetClaimPositionsAtCommit();
+	(void) WakeAt(GetCurrentTimestamp(), 0);
 	PG_RETURN_VOID();
 }
 

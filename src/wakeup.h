@@ -10,11 +10,18 @@
 #include "utils/timestamp.h"
 
 /*
- * At the commit of this transaction (nothing on abort or PREPARE): a job
- * becomes due at scheduled_at in the queue whose VqQueueHash is queue_hint (0:
- * unknown). Returns whether it is due now.
+ * At the commit of this transaction (nothing on abort or PREPARE): jobs of
+ * (queue, priority) become ENQUEUED, due at scheduled_at or later. The claim
+ * positions of that level are lowered (claimpos.c); unless wake is false (a
+ * paused queue), the executors are woken when the jobs are due.
  */
-extern bool VqWakeForJobAtCommit(TimestampTz scheduled_at, uint32 queue_hint);
+extern void VqJobsEnqueuedAtCommit(const char *queue, int32 priority, TimestampTz scheduled_at, bool wake);
+
+/* At commit: something other than a job becomes due at due (room in a queue, an outbox retry). */
+extern void VqWakeAtCommit(TimestampTz due);
+
+/* At commit: jobs became ENQUEUED by means the claim positions cannot follow (forget them). */
+extern void VqForgetClaimPositionsAtCommit(void);
 
 /* At commit: outbox rows become due at scheduled_at. */
 extern void VqWakeRelayAtCommit(TimestampTz scheduled_at);
