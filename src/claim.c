@@ -447,3 +447,78 @@ VqClaimNext(VqRegistry *registry, TimestampTz now, bool use_hint, MemoryContext 
 	}
 	return false;
 }
+
+/* The earliest scheduled_at of any ENQUEUED job still in the future (plain query over every queue). */
+static TimestampTz
+EarliestFutureDueAnywhere(TimestampTz now)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		values[1] = {TimestampTzGetDatum(now)};
+	bool		isnull;
+	Datum		d;
+
+	if (SPI_execute_plan(VqKeepPlan(&plan,
+								  "SELECT pg_catalog.min(scheduled_at) FROM vq.job"
+								  " WHERE state OPERATOR(pg_catalog.=) 'ENQUEUED'::vq.job_state"
+								  " AND scheduled_at OPERATOR(pg_catalog.>) $1",
+								  1, (Oid[]) {TIMESTAMPTZOID}),
+						 values, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "vq_job: looking for the next due job failed");
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	return isnull ? VQ_NO_NEXT_DUE : DatumGetTimestampTz(d);
+}
+
+/* The earliest scheduled_at of a queue's level still in the future, or VQ_NO_NEXT_DUE. */
+static TimestampTz
+EarliestFutureDueInLevel(VqQueue *queue, int32 priority, TimestampTz now)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		values[3] = {queue->name_datum, Int32GetDatum(priority), TimestampTzGetDatum(now)};
+	bool		isnull;
+
+	if (SPI_execute_plan(VqKeepPlan(&plan,
+								  "SELECT scheduled_at FROM vq.job"
+								  " WHERE queue OPERATOR(pg_catalog.=) $1"
+								  " AND state OPERATOR(pg_catalog.=) 'ENQUEUED'::vq.job_state"
+								  " AND priority OPERATOR(pg_catalog.=) $2"
+								  " AND scheduled_at OPERATOR(pg_catalog.>) $3"
+								  " ORDER BY scheduled_at LIMIT 1",
+								  3, (Oid[]) {TEXTOID, INT4OID, TIMESTAMPTZOID}),
+						 values, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "vq_job: looking for the next due job failed");
+	if (SPI_processed == 0)
+		return VQ_NO_NEXT_DUE;
+	return DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/*
+ * The earliest scheduled_at of an ENQUEUED job still in the future, or
+ * VQ_NO_NEXT_DUE: one index probe per known priority level (future jobs come
+ * after the due ones in a level's order, so the probe starts at now and walks
+ * no finished job); the plain query over the whole claim index when some
+ * queue's levels are not known.
+ */
+TimestampTz
+VqEarliestFutureDue(VqRegistry *registry, TimestampTz now)
+{
+	VqClaimScan *scans = palloc(sizeof(VqClaimScan) * VQ_MAX_CLAIM_LEVELS);
+	TimestampTz next = VQ_NO_NEXT_DUE;
+	HASH_SEQ_STATUS seq;
+	VqQueue    *q;
+
+	hash_seq_init(&seq, registry->queue_hash);
+	while ((q = hash_seq_search(&seq)) != NULL)
+	{
+		int			n;
+
+		if (!VqClaimPositionsLevels(VqMyDatabaseSlot, q->name, scans, &n))
+		{
+			hash_seq_term(&seq);
+			return EarliestFutureDueAnywhere(now);
+		}
+		for (int i = 0; i < n; i++)
+			next = Min(next, EarliestFutureDueInLevel(q, scans[i].priority, now));
+	}
+	return next;
+}
+

@@ -40,6 +40,9 @@ extern TimestampTz VqNextQueuePoll(TimestampTz now);
 extern bool VqClaimNext(VqRegistry *registry, TimestampTz now, bool use_hint,
 						MemoryContext mcxt, VqClaim *claim);
 
+/* The earliest scheduled_at of an ENQUEUED job still in the future, or VQ_NO_NEXT_DUE. */
+extern TimestampTz VqEarliestFutureDue(VqRegistry *registry, TimestampTz now);
+
 /*
  * Set this executor's count of claimed, unfinished jobs. jobs_finished: jobs
  * ended (rather than a reservation left unused), so executors waiting for

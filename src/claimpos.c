@@ -101,15 +101,19 @@ ByPriorityDesc(const void *a, const void *b)
 	return pa == pb ? 0 : (pa > pb ? -1 : 1);
 }
 
-/* Begin a claim on a queue (see claimpos.h). */
-bool
-VqClaimPositionsBegin(VqDatabaseSlot *slot, int executor, const char *queue, VqClaimScan *scans, int *nscans)
+/*
+ * Copy the levels of a known queue into scans, highest priority first; with
+ * executor >= 0, register it as claiming from each. False when the queue's
+ * levels are not all known.
+ */
+static bool
+CopyLevels(VqDatabaseSlot *slot, int executor, const char *queue, VqClaimScan *scans, int *nscans)
 {
 	VqClaimPositions *p = &slot->positions;
 	bool		known;
 
 	*nscans = 0;
-	LWLockAcquire(slot->lock, LW_EXCLUSIVE);
+	LWLockAcquire(slot->lock, executor >= 0 ? LW_EXCLUSIVE : LW_SHARED);
 	known = !p->overflow && KnownIndex(p, queue) >= 0;
 	for (int i = 0; known && i < VQ_MAX_CLAIM_LEVELS; i++)
 	{
@@ -117,8 +121,11 @@ VqClaimPositionsBegin(VqDatabaseSlot *slot, int executor, const char *queue, VqC
 
 		if (!l->used || strcmp(l->queue, queue) != 0)
 			continue;
-		l->claimers |= (uint32) 1 << executor;
-		l->floor[executor] = KeyMax;
+		if (executor >= 0)
+		{
+			l->claimers |= (uint32) 1 << executor;
+			l->floor[executor] = KeyMax;
+		}
 		scans[*nscans].priority = l->priority;
 		scans[*nscans].from = l->pos;
 		scans[*nscans].took = false;
@@ -128,6 +135,20 @@ VqClaimPositionsBegin(VqDatabaseSlot *slot, int executor, const char *queue, VqC
 	if (known)
 		qsort(scans, *nscans, sizeof(VqClaimScan), ByPriorityDesc);
 	return known;
+}
+
+/* Begin a claim on a queue (see claimpos.h). */
+bool
+VqClaimPositionsBegin(VqDatabaseSlot *slot, int executor, const char *queue, VqClaimScan *scans, int *nscans)
+{
+	return CopyLevels(slot, executor, queue, scans, nscans);
+}
+
+/* The levels of a queue, without claiming (see claimpos.h). */
+bool
+VqClaimPositionsLevels(VqDatabaseSlot *slot, const char *queue, VqClaimScan *scans, int *nscans)
+{
+	return CopyLevels(slot, -1, queue, scans, nscans);
 }
 
 /* End a claim (see claimpos.h). */

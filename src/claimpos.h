@@ -27,6 +27,9 @@ typedef struct VqClaimScan
 extern bool VqClaimPositionsBegin(VqDatabaseSlot *slot, int executor, const char *queue,
 								  VqClaimScan *scans, int *nscans);
 
+/* The levels of a known queue, highest priority first (no claim); false when not known. */
+extern bool VqClaimPositionsLevels(VqDatabaseSlot *slot, const char *queue, VqClaimScan *scans, int *nscans);
+
 /*
  * End it: each level the claim took jobs from moves its position to the last
  * key taken, or to the lowest key a commit lowered it to meanwhile, if lower.

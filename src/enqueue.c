@@ -432,7 +432,7 @@ FillHolders(ArrayType *job_ids, Datum *ids, int n, Oid caller)
 	int			nkeys;
 	Datum		arg = PointerGetDatum(job_ids);
 
-	if (SPI_execute_plan(VqKeepPlan(&holder_many_plan,
+	if (SPI_execute_plan(VqKeepCustomPlan(&holder_many_plan,
 								  "SELECT job_id, execution_id, enqueued_by FROM vq.job"
 								  " WHERE job_id OPERATOR(pg_catalog.=) ANY ($1) AND " ACTIVE_STATES,
 								  1, (Oid[]) {TEXTARRAYOID}),

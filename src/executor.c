@@ -349,7 +349,7 @@ Housekeeping(TimestampTz now)
  * and the next due time must be found.
  */
 static void
-LookAtDueTimes(TimestampTz now)
+LookAtDueTimes(VqRegistry *registry, TimestampTz now)
 {
 	TimestampTz next_due = (TimestampTz) pg_atomic_read_u64(&VqMyDatabaseSlot->next_due);
 	uint64		cur = (uint64) next_due;
@@ -359,7 +359,7 @@ LookAtDueTimes(TimestampTz now)
 		return;
 	VqPollAllNow(now);
 	relay_next_poll = now;		/* an outbox row's scheduled_at or retry time may be the one */
-	next = VqEarliestFutureDue(now);
+	next = VqEarliestFutureDue(registry, now);
 	/* replace the passed value (or lower a later one a committing enqueue set meanwhile) */
 	while (((int64) cur <= now || (int64) cur > next) &&
 		   !pg_atomic_compare_exchange_u64(&VqMyDatabaseSlot->next_due, &cur, (uint64) next))
@@ -531,7 +531,7 @@ PollCycle(void)
 	VqBeginTransaction();
 	/* pinned: handlers may enqueue, and an enqueue may rebuild the registry */
 	registry = VqRegistryPin();
-	LookAtDueTimes(now);
+	LookAtDueTimes(registry, now);
 	VqSyncQueuePolls(registry, now);
 	if (RunRelay(registry, now))
 	{

@@ -32,7 +32,6 @@ static SPIPlanPtr completed_plan = NULL;
 static SPIPlanPtr finish_plan = NULL;
 static SPIPlanPtr running_plan = NULL;
 static SPIPlanPtr orphans_plan = NULL;
-static SPIPlanPtr next_due_plan = NULL;
 static SPIPlanPtr progress_plan = NULL;
 
 /* Run a kept plan that writes, expecting the given result; returns the rows written. */
@@ -145,7 +144,7 @@ PersistManyCompleted(List *jobs, List *outcomes, TimestampTz now)
 	values[6] = PointerGetDatum(construct_md_array(starts, start_nulls, 1, dims, lbs, TIMESTAMPTZOID, 8,
 												   FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 
-	Write(VqKeepPlan(&completed_plan,
+	Write(VqKeepCustomPlan(&completed_plan,
 			   "WITH done AS ("
 			   " UPDATE vq.job j SET state = 'COMPLETED', finished_at = $2, updated_at = $2,"
 			   "  last_error = NULL, worker_pid = NULL, worker_started_at = NULL,"
@@ -377,25 +376,6 @@ VqRescueOrphans(VqRegistry *registry, TimestampTz now)
 	return abandoned;
 }
 
-/* The earliest scheduled_at of an ENQUEUED job still in the future, or VQ_NO_NEXT_DUE. */
-TimestampTz
-VqEarliestFutureDue(TimestampTz now)
-{
-	Datum		values[1] = {TimestampTzGetDatum(now)};
-	bool		isnull;
-	Datum		d;
-
-	if (SPI_execute_plan(VqKeepPlan(&next_due_plan,
-							  "SELECT pg_catalog.min(scheduled_at) FROM vq.job"
-							  " WHERE state OPERATOR(pg_catalog.=) 'ENQUEUED'::vq.job_state"
-							  " AND scheduled_at OPERATOR(pg_catalog.>) $1",
-							  1, (Oid[]) {TIMESTAMPTZOID}),
-						 values, NULL, false, 1) != SPI_OK_SELECT)	/* a fresh snapshot */
-		elog(ERROR, "vq_job: looking for the next due job failed");
-	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	return isnull ? VQ_NO_NEXT_DUE : DatumGetTimestampTz(d);
-}
-
 /*
  * Persist the live progress of jobs running visibly (RUNNING rows) in any
  * executor of this database. Rows locked by their executor (inline jobs, or
@@ -435,7 +415,7 @@ VqFlushProgress(void)
 	values[1] = PointerGetDatum(construct_array(totals, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 	values[2] = PointerGetDatum(construct_array(succeeded, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 	values[3] = PointerGetDatum(construct_array(failed, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-	Write(VqKeepPlan(&progress_plan,
+	Write(VqKeepCustomPlan(&progress_plan,
 				   "UPDATE vq.job j SET progress_total = u.t, progress_succeeded = u.s, progress_failed = u.f"
 				   " FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3),"
 				   "                 pg_catalog.unnest($4)) AS u(e, t, s, f)"

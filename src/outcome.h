@@ -23,9 +23,6 @@ extern void VqPersistRunning(VqJob *job, bool external, TimestampTz now);
 /* Abandon RUNNING jobs of dead executors and unanswered NOTIFY jobs; returns how many. */
 extern int	VqRescueOrphans(VqRegistry *registry, TimestampTz now);
 
-/* The earliest scheduled_at of an ENQUEUED job still in the future, or VQ_NO_NEXT_DUE. */
-extern TimestampTz VqEarliestFutureDue(TimestampTz now);
-
 /* Save the live progress of the jobs the executors of this database run visibly. */
 extern void VqFlushProgress(void);
 

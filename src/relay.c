@@ -610,7 +610,7 @@ VqRelayBatch(VqRegistry *registry, int limit, TimestampTz now)
 
 		args[0] = PointerGetDatum(construct_array(published, npublished, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 		args[1] = TimestampTzGetDatum(GetCurrentTimestamp());
-		if (SPI_execute_plan(VqKeepPlan(&published_plan,
+		if (SPI_execute_plan(VqKeepCustomPlan(&published_plan,
 								  "UPDATE vq.outbox SET status = 'PUBLISHED', attempts = attempts OPERATOR(pg_catalog.+) 1,"
 								  " published_at = $2, updated_at = $2, last_error = NULL, next_attempt_at = NULL"
 								  " WHERE id OPERATOR(pg_catalog.=) ANY ($1)",

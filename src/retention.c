@@ -44,32 +44,25 @@ DeleteBatch(TimestampTz finished_before, TimestampTz dead_before)
 		nulls[0] = 'n';
 	if (vq_retention_dead_letter_s < 0)
 		nulls[1] = 'n';
-	if (delete_plan == NULL)
-	{
-		Oid			types[3] = {TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID};
-
-		delete_plan = SPI_prepare("WITH done AS ("
-								  "  SELECT execution_id FROM vq.job"
-								  "  WHERE finished_at OPERATOR(pg_catalog.<) $1"
-								  "  AND state OPERATOR(pg_catalog.=) ANY ('{COMPLETED,CANCELLED}'::vq.job_state[])"
-								  "  LIMIT $3 FOR UPDATE SKIP LOCKED),"
-								  " dead AS ("
-								  "  SELECT execution_id FROM vq.job"
-								  "  WHERE finished_at OPERATOR(pg_catalog.<) $2"
-								  "  AND state OPERATOR(pg_catalog.=) 'DEAD_LETTER'::vq.job_state"
-								  "  LIMIT $3 FOR UPDATE SKIP LOCKED),"
-								  " expired AS (SELECT execution_id FROM done UNION ALL SELECT execution_id FROM dead),"
-								  " logs AS (DELETE FROM vq.job_log l USING expired e"
-								  "  WHERE l.execution_id OPERATOR(pg_catalog.=) e.execution_id),"
-								  " history AS (DELETE FROM vq.job_transition t USING expired e"
-								  "  WHERE t.execution_id OPERATOR(pg_catalog.=) e.execution_id)"
-								  " DELETE FROM vq.job j USING expired e"
-								  " WHERE j.execution_id OPERATOR(pg_catalog.=) e.execution_id",
-								  3, types);
-		if (delete_plan == NULL)
-			elog(ERROR, "vq_job: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-		SPI_keepplan(delete_plan);
-	}
+	(void) VqKeepCustomPlan(&delete_plan,
+							"WITH done AS ("
+							"  SELECT execution_id FROM vq.job"
+							"  WHERE finished_at OPERATOR(pg_catalog.<) $1"
+							"  AND state OPERATOR(pg_catalog.=) ANY ('{COMPLETED,CANCELLED}'::vq.job_state[])"
+							"  LIMIT $3 FOR UPDATE SKIP LOCKED),"
+							" dead AS ("
+							"  SELECT execution_id FROM vq.job"
+							"  WHERE finished_at OPERATOR(pg_catalog.<) $2"
+							"  AND state OPERATOR(pg_catalog.=) 'DEAD_LETTER'::vq.job_state"
+							"  LIMIT $3 FOR UPDATE SKIP LOCKED),"
+							" expired AS (SELECT execution_id FROM done UNION ALL SELECT execution_id FROM dead),"
+							" logs AS (DELETE FROM vq.job_log l USING expired e"
+							"  WHERE l.execution_id OPERATOR(pg_catalog.=) e.execution_id),"
+							" history AS (DELETE FROM vq.job_transition t USING expired e"
+							"  WHERE t.execution_id OPERATOR(pg_catalog.=) e.execution_id)"
+							" DELETE FROM vq.job j USING expired e"
+							" WHERE j.execution_id OPERATOR(pg_catalog.=) e.execution_id",
+							3, (Oid[]) {TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID});
 	if (SPI_execute_plan(delete_plan, values, nulls, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "vq_job: deleting expired jobs failed");
 	return SPI_processed;
@@ -84,18 +77,12 @@ DeletePublished(TimestampTz published_before)
 
 	values[0] = TimestampTzGetDatum(published_before);
 	values[1] = Int32GetDatum(RETENTION_BATCH);
-	if (plan == NULL)
-	{
-		Oid			types[2] = {TIMESTAMPTZOID, INT4OID};
-
-		plan = SPI_prepare("DELETE FROM vq.outbox o WHERE o.id OPERATOR(pg_catalog.=) ANY (ARRAY("
-						   " SELECT id FROM vq.outbox"
-						   " WHERE status OPERATOR(pg_catalog.=) 'PUBLISHED' AND published_at OPERATOR(pg_catalog.<) $1"
-						   " LIMIT $2 FOR UPDATE SKIP LOCKED))", 2, types);
-		if (plan == NULL)
-			elog(ERROR, "vq_job: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-		SPI_keepplan(plan);
-	}
+	(void) VqKeepCustomPlan(&plan,
+							"DELETE FROM vq.outbox o WHERE o.id OPERATOR(pg_catalog.=) ANY (ARRAY("
+							" SELECT id FROM vq.outbox"
+							" WHERE status OPERATOR(pg_catalog.=) 'PUBLISHED' AND published_at OPERATOR(pg_catalog.<) $1"
+							" LIMIT $2 FOR UPDATE SKIP LOCKED))",
+							2, (Oid[]) {TIMESTAMPTZOID, INT4OID});
 	if (SPI_execute_plan(plan, values, NULL, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "vq_job: deleting published outbox rows failed");
 	return SPI_processed;

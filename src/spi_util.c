@@ -7,17 +7,18 @@
 #include "access/xact.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "nodes/parsenodes.h"
 #include "utils/snapmgr.h"
 
 #include "spi_util.h"
 
-/* Prepare a plan the first time (into *plan) and keep it for the life of the backend. */
-SPIPlanPtr
-VqKeepPlan(SPIPlanPtr *plan, const char *sql, int nargs, const Oid *types)
+/* Prepare a plan with the given cursor options the first time (into *plan) and keep it. */
+static SPIPlanPtr
+KeepPlan(SPIPlanPtr *plan, const char *sql, int nargs, const Oid *types, int options)
 {
 	if (*plan == NULL)
 	{
-		SPIPlanPtr	p = SPI_prepare(sql, nargs, (Oid *) types);
+		SPIPlanPtr	p = SPI_prepare_cursor(sql, nargs, (Oid *) types, options);
 
 		if (p == NULL)
 			elog(ERROR, "vq_job: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
@@ -25,6 +26,20 @@ VqKeepPlan(SPIPlanPtr *plan, const char *sql, int nargs, const Oid *types)
 		*plan = p;
 	}
 	return *plan;
+}
+
+/* Prepare a plan the first time (into *plan) and keep it for the life of the backend. */
+SPIPlanPtr
+VqKeepPlan(SPIPlanPtr *plan, const char *sql, int nargs, const Oid *types)
+{
+	return KeepPlan(plan, sql, nargs, types, 0);
+}
+
+/* The same, planned afresh at every execution (see spi_util.h). */
+SPIPlanPtr
+VqKeepCustomPlan(SPIPlanPtr *plan, const char *sql, int nargs, const Oid *types)
+{
+	return KeepPlan(plan, sql, nargs, types, CURSOR_OPT_CUSTOM_PLAN);
 }
 
 /* Worker side: start a transaction with a snapshot and an SPI connection. */
