@@ -161,14 +161,17 @@ VqClaimPositionsEnd(VqDatabaseSlot *slot, int executor, const char *queue, VqCla
 	for (int i = 0; i < nscans; i++)
 	{
 		VqClaimLevel *l = FindLevel(p, queue, scans[i].priority, false);
+		bool		registered = l != NULL && (l->claimers & ((uint32) 1 << executor));
 		VqClaimKey	to;
 
-		if (l == NULL)
-			continue;			/* forgotten meanwhile */
-		to = CompareKeys(&scans[i].last, &l->floor[executor]) < 0 ? scans[i].last : l->floor[executor];
-		if (scans[i].took && (l->claimers & ((uint32) 1 << executor)) && CompareKeys(&to, &l->pos) > 0)
-			l->pos = to;
+		if (!registered)
+			continue;			/* forgotten (and maybe learnt again) meanwhile */
 		l->claimers &= ~((uint32) 1 << executor);
+		if (!scans[i].took)
+			continue;
+		to = CompareKeys(&scans[i].last, &l->floor[executor]) < 0 ? scans[i].last : l->floor[executor];
+		if (CompareKeys(&to, &l->pos) > 0)
+			l->pos = to;
 	}
 	LWLockRelease(slot->lock);
 }
