@@ -40,8 +40,9 @@
 #                  commit's WAL flush; started_at is the handler's start, written for inline jobs
 #                  as well (outcome.c: started_at = coalesce(j.started_at, <handler start>)).
 #                  Computed after the run from vq.job (nothing is deleted: retention is 1 day).
-#   backlog        due backlog at the window's end: count(*) of state = 'ENQUEUED' AND
-#                  scheduled_at <= now() (includes jobs locked by a claim in progress)
+#   backlog        due backlog at the window's end (vq: jobs enqueued so far less jobs started so
+#                  far, computed after the run; ceiling: sampled as count(*) of state = 0 AND
+#                  run_at <= now(), which includes rows locked by a claim in progress)
 #   claims / buf/job  pg_stat_statements deltas of the executors' claim statements (query text
 #                  starting with SELECT and containing 'FROM vq.job' and 'FOR UPDATE SKIP LOCKED';
 #                  retention, progress and vq_pull statements start with WITH/UPDATE and are not
@@ -350,8 +351,9 @@ release_snapshot() {
 # table bytes | transition bytes | n_dead_tup | autovacuum_count
 sample_sql() {  # sample_sql vq|ceil
     if [[ "$1" == vq ]]; then
-        echo "SELECT extract(epoch FROM clock_timestamp()),
-                     (SELECT count(*) FROM vq.job WHERE state = 'ENQUEUED' AND scheduled_at <= now()),
+        # (the backlog is computed after the run from created_at / started_at: counting due rows
+        # here would scan the claim index's dead entries and disturb the very latencies measured)
+        echo "SELECT extract(epoch FROM clock_timestamp()), NULL::bigint,
                      s.calls, s.rows, s.blks,
                      pg_total_relation_size('vq.job'), pg_total_relation_size('vq.job_transition'),
                      coalesce(st.n_dead_tup, 0), coalesce(st.autovacuum_count, 0)
@@ -476,16 +478,17 @@ windows_vq() {
                          CASE WHEN state = 'COMPLETED' THEN extract(epoch FROM finished_at) END AS f,
                          1000 * extract(epoch FROM started_at - created_at) AS lat
                   FROM vq.job WHERE handler = 'bench_insert'),
-            x AS (SELECT width_bucket(c, a) AS w, count(*) AS enq, 0 AS done, NULL::float8 AS p50, NULL::float8 AS p99
+            x AS (SELECT width_bucket(c, a) AS w, count(*) AS enq, 0 AS done, NULL::float8 AS p50, NULL::float8 AS p99,
+                         0 AS started
                   FROM j, th GROUP BY 1
                   UNION ALL
-                  SELECT width_bucket(f, a), 0, count(*), NULL, NULL FROM j, th WHERE f IS NOT NULL GROUP BY 1
+                  SELECT width_bucket(f, a), 0, count(*), NULL, NULL, 0 FROM j, th WHERE f IS NOT NULL GROUP BY 1
                   UNION ALL
                   SELECT width_bucket(s, a), 0, 0, percentile_cont(0.5) WITHIN GROUP (ORDER BY lat),
-                         percentile_cont(0.99) WITHIN GROUP (ORDER BY lat)
+                         percentile_cont(0.99) WITHIN GROUP (ORDER BY lat), count(*)
                   FROM j, th WHERE s IS NOT NULL GROUP BY 1)
        SELECT w, sum(enq), sum(done), coalesce(round(max(p50)::numeric, 2)::text, '-'),
-              coalesce(round(max(p99)::numeric, 2)::text, '-')
+              coalesce(round(max(p99)::numeric, 2)::text, '-'), sum(started)
        FROM x WHERE w BETWEEN 1 AND $k GROUP BY w ORDER BY w" >"$WORK/$name.stats"
     join_windows "$name" "$hold" "$WORK/$name.stats" vq
 }
@@ -525,8 +528,10 @@ join_windows() {
                 bpj = dr > 0 ? sprintf("%.1f", db / dr) : "-"
                 mb1 = sprintf("%.1f", c[7] / 1048576); mb2 = sprintf("%.1f", c[8] / 1048576)
                 if (kind == "vq") {
-                    if (k in st) split(st[k], x, "|"); else { x[2] = 0; x[3] = 0; x[4] = "-"; x[5] = "-" }
-                    print end_s, phase, x[2], x[3], x[4], x[5], c[3], dc, dr, db, bpj, mb1, mb2, c[9], c[10]
+                    if (k in st) split(st[k], x, "|"); else { x[2] = 0; x[3] = 0; x[4] = "-"; x[5] = "-"; x[6] = 0 }
+                    # due backlog at the window end: jobs enqueued so far (all due at once) less those started
+                    bl += x[2] - x[6]
+                    print end_s, phase, x[2], x[3], x[4], x[5], bl, dc, dr, db, bpj, mb1, mb2, c[9], c[10]
                 } else {
                     if (k in st) split(st[k], x, "|"); else { x[2] = x[3] = x[4] = x[5] = x[6] = "-" }
                     print end_s, phase, dr, dc, c[3], db, bpj, mb1, c[9], c[10], x[2], x[3], x[4], x[5], x[6]
