@@ -15,21 +15,28 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/tableam.h"
 #include "access/xact.h"
-#include "catalog/pg_authid.h"
+#include "catalog/indexing.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_extension.h"
+#include "commands/extension.h"
 #include "commands/trigger.h"
-#include "executor/spi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
 #include "registry.h"
-#include "roles.h"
 #include "shmem.h"
-#include "spi_util.h"
 
 PG_FUNCTION_INFO_V1(vq_registry_changed);
 
@@ -48,10 +55,6 @@ static MemoryContext registry_context = NULL;
 #define NWATCHED 4
 static Oid	watched_relids[NWATCHED] = {InvalidOid, InvalidOid, InvalidOid, InvalidOid};
 
-static SPIPlanPtr queue_plan = NULL;
-static SPIPlanPtr handler_plan = NULL;
-static SPIPlanPtr owner_plan = NULL;
-static SPIPlanPtr destination_plan = NULL;
 
 /* Relcache callback: a change to a watched table (or to everything) makes the copy stale. */
 static void
@@ -85,42 +88,90 @@ vq_registry_changed(PG_FUNCTION_ARGS)
 	return PointerGetDatum(NULL);
 }
 
-/* Run a kept read-only plan with the latest snapshot. */
-static void
-RunLatest(SPIPlanPtr plan)
+/* One row of a configuration table, as read by a scan. */
+typedef struct ConfigRow
 {
-	int			rc = SPI_execute_snapshot(plan, NULL, NULL, GetLatestSnapshot(),
-										  InvalidSnapshot, true, false, 0);
+	HeapTuple	tuple;
+	TupleDesc	desc;
+} ConfigRow;
 
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "vq_job: reading configuration failed: %s", SPI_result_code_string(rc));
+/* A column of the row by name (tables are small and few: a linear search is fine). */
+static Datum
+Column(ConfigRow *row, const char *name, bool *isnull)
+{
+	for (int i = 0; i < row->desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(row->desc, i);
+
+		if (!att->attisdropped && strcmp(NameStr(att->attname), name) == 0)
+			return heap_getattr(row->tuple, i + 1, row->desc, isnull);
+	}
+	elog(ERROR, "vq_job: configuration column \"%s\" is missing", name);
+	return (Datum) 0;			/* keep the compiler quiet */
 }
 
-/* Copy a text column of the current SPI row into the registry context (NULL stays NULL). */
+/* A text column copied into the registry context (NULL stays NULL). */
 static char *
-CopyText(HeapTuple tuple, TupleDesc desc, int col)
+ColumnText(ConfigRow *row, const char *name)
 {
-	char	   *value = SPI_getvalue(tuple, desc, col);
+	bool		isnull;
+	Datum		d = Column(row, name, &isnull);
 
-	return value ? MemoryContextStrdup(registry_context, value) : NULL;
+	return isnull ? NULL : MemoryContextStrdup(registry_context, TextDatumGetCString(d));
 }
 
+/* An integer column (0 when NULL; *isnull says which, when asked). */
 static int32
-GetInt32(HeapTuple tuple, TupleDesc desc, int col)
+ColumnInt32(ConfigRow *row, const char *name, bool *isnull)
 {
-	bool		isnull;
-	Datum		d = SPI_getbinval(tuple, desc, col, &isnull);
+	bool		n;
+	Datum		d = Column(row, name, &n);
 
-	return isnull ? 0 : DatumGetInt32(d);
+	if (isnull)
+		*isnull = n;
+	return n ? 0 : DatumGetInt32(d);
 }
 
+/* A boolean column (false when NULL). */
 static bool
-GetBool(HeapTuple tuple, TupleDesc desc, int col)
+ColumnBool(ConfigRow *row, const char *name)
 {
 	bool		isnull;
-	Datum		d = SPI_getbinval(tuple, desc, col, &isnull);
+	Datum		d = Column(row, name, &isnull);
 
 	return isnull ? false : DatumGetBool(d);
+}
+
+/* An OID-valued column (regprocedure; InvalidOid when NULL). */
+static Oid
+ColumnOid(ConfigRow *row, const char *name)
+{
+	bool		isnull;
+	Datum		d = Column(row, name, &isnull);
+
+	return isnull ? InvalidOid : DatumGetObjectId(d);
+}
+
+/*
+ * Call fn for every row of a configuration table, read with the latest
+ * snapshot (see the file comment). A heap scan, not a query: these tables
+ * hold a few rows, and a new connection's first enqueue should not pay for
+ * parsing and planning.
+ */
+static void
+ScanConfig(Oid relid, void (*fn) (ConfigRow *row, VqRegistry *reg), VqRegistry *reg)
+{
+	Relation	rel = table_open(relid, AccessShareLock);
+	Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	TableScanDesc scan = table_beginscan(rel, snapshot, 0, NULL);
+	ConfigRow	row;
+
+	row.desc = RelationGetDescr(rel);
+	while ((row.tuple = heap_getnext(scan, ForwardScanDirection)) != NULL)
+		fn(&row, reg);
+	table_endscan(scan);
+	UnregisterSnapshot(snapshot);
+	table_close(rel, AccessShareLock);
 }
 
 /* A text Datum allocated in the registry context. */
@@ -146,134 +197,173 @@ NameHash(const char *what, Size entrysize)
 	return hash_create(what, 64, &ctl, HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
 }
 
-/* Read the queues into the registry. */
+/* One vq.queue row into the registry. */
 static void
-LoadQueues(VqRegistry *reg)
+LoadQueue(ConfigRow *row, VqRegistry *reg)
 {
-	RunLatest(VqKeepPlan(&queue_plan,
-					   "SELECT name, sleep_delay_ms, max_concurrent_jobs, backoff_strategy,"
-					   " backoff_base_delay_ms, backoff_max_delay_ms, instances, paused"
-					   " FROM vq.queue", 0, NULL));
-	reg->queue_hash = NameHash("vq_job queues", sizeof(VqQueue));
-	for (uint64 i = 0; i < SPI_processed; i++)
-	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-		char	   *name = SPI_getvalue(tup, desc, 1);
-		char	   *strategy = SPI_getvalue(tup, desc, 4);
-		VqQueue    *q;
-		bool		found;
+	char	   *name = ColumnText(row, "name");
+	char	   *strategy = ColumnText(row, "backoff_strategy");
+	VqQueue    *q = hash_search(reg->queue_hash, name, HASH_ENTER, NULL);
 
-		q = hash_search(reg->queue_hash, name, HASH_ENTER, &found);
-		q->sleep_delay_ms = GetInt32(tup, desc, 2);
-		q->max_concurrent_jobs = GetInt32(tup, desc, 3);
-		if (!VqParseBackoffStrategy(strategy, &q->backoff_strategy))
-			q->backoff_strategy = VQ_BACKOFF_LINEAR;
-		q->backoff_base_delay_ms = GetInt32(tup, desc, 5);
-		q->backoff_max_delay_ms = GetInt32(tup, desc, 6);
-		q->instances = GetInt32(tup, desc, 7);
-		q->paused = GetBool(tup, desc, 8);
-		q->name_datum = RegistryText(name);
-		q->wake_hint = VqQueueHash(name);
-	}
+	q->sleep_delay_ms = ColumnInt32(row, "sleep_delay_ms", NULL);
+	q->max_concurrent_jobs = ColumnInt32(row, "max_concurrent_jobs", NULL);
+	if (strategy == NULL || !VqParseBackoffStrategy(strategy, &q->backoff_strategy))
+		q->backoff_strategy = VQ_BACKOFF_LINEAR;
+	q->backoff_base_delay_ms = ColumnInt32(row, "backoff_base_delay_ms", NULL);
+	q->backoff_max_delay_ms = ColumnInt32(row, "backoff_max_delay_ms", NULL);
+	q->instances = ColumnInt32(row, "instances", NULL);
+	q->paused = ColumnBool(row, "paused");
+	q->name_datum = RegistryText(name);
+	q->wake_hint = VqQueueHash(name);
+}
+
+/* A contract override, before it is applied to its handler. */
+typedef struct Override
+{
+	char		handler[VQ_NAME_MAX + 1];	/* hash key */
+	char	   *queue;
+	int32		priority;
+	bool		priority_null;
+	int32		max_attempts;
+	bool		max_attempts_null;
+} Override;
+
+/* One vq.contract_override row into the overrides hash (reg->handler_hash until handlers load). */
+static void
+LoadOverride(ConfigRow *row, VqRegistry *reg)
+{
+	char	   *handler = ColumnText(row, "handler");
+	Override   *o = hash_search(reg->handler_hash, handler, HASH_ENTER, NULL);
+
+	o->queue = ColumnText(row, "queue");
+	o->priority = ColumnInt32(row, "priority", &o->priority_null);
+	o->max_attempts = ColumnInt32(row, "max_attempts", &o->max_attempts_null);
+}
+
+/* Overrides by handler name, while handlers are loaded. */
+static HTAB *overrides = NULL;
+
+/*
+ * One vq.handler row into the registry, with its effective settings: the
+ * contract override, else the handler's default, else the framework default.
+ */
+static void
+LoadHandler(ConfigRow *row, VqRegistry *reg)
+{
+	char	   *name = ColumnText(row, "name");
+	Override   *o = hash_search(overrides, name, HASH_FIND, NULL);
+	VqHandler  *h = hash_search(reg->handler_hash, name, HASH_ENTER, NULL);
+	char	   *kind = ColumnText(row, "kind");
+	bool		priority_null;
+	bool		max_attempts_null;
+	char	   *queue = ColumnText(row, "queue");
+	int32		priority = ColumnInt32(row, "priority", &priority_null);
+	int32		max_attempts = ColumnInt32(row, "max_attempts", &max_attempts_null);
+
+	h->is_function = kind != NULL && strcmp(kind, "function") == 0;
+	h->fn = ColumnOid(row, "fn");
+	h->takes_context = ColumnBool(row, "takes_context");
+	h->channel = ColumnText(row, "channel");
+	h->address = ColumnText(row, "address");
+	h->queue_name = (o && o->queue) ? o->queue : queue ? queue : MemoryContextStrdup(registry_context, VQ_DEFAULT_QUEUE);
+	h->priority = (o && !o->priority_null) ? o->priority : !priority_null ? priority : VQ_DEFAULT_PRIORITY;
+	h->max_attempts = (o && !o->max_attempts_null) ? o->max_attempts
+		: !max_attempts_null ? max_attempts : VQ_DEFAULT_MAX_ATTEMPTS;
+	h->name_datum = RegistryText(name);
+	h->address_datum = RegistryText(h->address);
+	if (!h->is_function)
+		reg->has_notify_handlers = true;
+}
+
+/* Order handler pointers by name, as strcmp does (the "C" collation). */
+static int
+ByHandlerName(const void *a, const void *b)
+{
+	return strcmp((*(VqHandler *const *) a)->name, (*(VqHandler *const *) b)->name);
 }
 
 /* Read the handlers, with their effective settings, into the registry. */
 static void
-LoadHandlers(VqRegistry *reg)
+LoadHandlers(VqRegistry *reg, Oid handler_relid, Oid override_relid)
 {
-	RunLatest(VqKeepPlan(&handler_plan,
-					   "SELECT h.name, h.kind OPERATOR(pg_catalog.=) 'function', h.fn::pg_catalog.oid,"
-					   " h.takes_context, h.channel, h.address,"
-					   " coalesce(o.queue, h.queue, 'default'),"
-					   " coalesce(o.priority, h.priority, 0),"
-					   " coalesce(o.max_attempts, h.max_attempts, 3)"
-					   " FROM vq.handler h"
-					   " LEFT JOIN vq.contract_override o ON o.handler OPERATOR(pg_catalog.=) h.name"
-					   " ORDER BY h.name COLLATE pg_catalog.\"C\"", 0, NULL));
+	HASH_SEQ_STATUS seq;
+	VqHandler  *h;
+	int			i = 0;
+
+	/* the overrides first, in a hash of their own (borrowing handler_hash to fill it) */
+	reg->handler_hash = NameHash("vq_job contract overrides", sizeof(Override));
+	ScanConfig(override_relid, LoadOverride, reg);
+	overrides = reg->handler_hash;
 	reg->handler_hash = NameHash("vq_job handlers", sizeof(VqHandler));
-	reg->nhandlers = (int) SPI_processed;
-	reg->handlers = MemoryContextAlloc(registry_context,
-											sizeof(VqHandler *) * Max(reg->nhandlers, 1));
-	for (uint64 i = 0; i < SPI_processed; i++)
-	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-		char	   *name = SPI_getvalue(tup, desc, 1);
-		VqHandler  *h;
-		bool		found;
+	ScanConfig(handler_relid, LoadHandler, reg);
+	overrides = NULL;
 
-		h = hash_search(reg->handler_hash, name, HASH_ENTER, &found);
-		h->is_function = GetBool(tup, desc, 2);
-		h->fn = (Oid) GetInt32(tup, desc, 3);
-		h->takes_context = GetBool(tup, desc, 4);
-		h->channel = CopyText(tup, desc, 5);
-		h->address = CopyText(tup, desc, 6);
-		h->queue_name = CopyText(tup, desc, 7);
+	reg->nhandlers = (int) hash_get_num_entries(reg->handler_hash);
+	reg->handlers = MemoryContextAlloc(registry_context, sizeof(VqHandler *) * Max(reg->nhandlers, 1));
+	hash_seq_init(&seq, reg->handler_hash);
+	while ((h = hash_seq_search(&seq)) != NULL)
+	{
 		h->queue = hash_search(reg->queue_hash, h->queue_name, HASH_FIND, NULL);
-		h->priority = GetInt32(tup, desc, 8);
-		h->max_attempts = GetInt32(tup, desc, 9);
-		h->name_datum = RegistryText(name);
-		h->address_datum = RegistryText(h->address);
-		if (!h->is_function)
-			reg->has_notify_handlers = true;
-		reg->handlers[i] = h;
+		reg->handlers[i++] = h;
 	}
+	qsort(reg->handlers, reg->nhandlers, sizeof(VqHandler *), ByHandlerName);
 }
 
-/* Read the registered outbox destination types into the registry. */
+/* One vq.destination row into the registry. */
 static void
-LoadDestinations(VqRegistry *reg)
+LoadDestination(ConfigRow *row, VqRegistry *reg)
 {
-	RunLatest(VqKeepPlan(&destination_plan, "SELECT type, fn::pg_catalog.oid FROM vq.destination", 0, NULL));
-	reg->destination_hash = NameHash("vq_job destinations", sizeof(VqDestination));
-	reg->ndestinations = (int) SPI_processed;
-	for (uint64 i = 0; i < SPI_processed; i++)
-	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		VqDestination *d = hash_search(reg->destination_hash,
-									   SPI_getvalue(tup, SPI_tuptable->tupdesc, 1), HASH_ENTER, NULL);
+	VqDestination *d = hash_search(reg->destination_hash, ColumnText(row, "type"), HASH_ENTER, NULL);
 
-		d->fn = (Oid) GetInt32(tup, SPI_tuptable->tupdesc, 2);
-	}
+	d->fn = ColumnOid(row, "fn");
+	reg->ndestinations++;
 }
 
-/* Find the extension owner. */
+/* The extension's owner, and its configuration tables (watched for changes). */
 static void
-LoadOwner(VqRegistry *reg)
+LoadOwner(VqRegistry *reg, Oid *relids)
 {
-	bool		isnull;
+	Oid			ext = get_extension_oid("vq_job", true);
+	Oid			nsp = get_namespace_oid("vq", true);
+	Relation	rel;
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tup;
+	const char *tables[NWATCHED] = {"handler", "contract_override", "queue", "destination"};
 
-	RunLatest(VqKeepPlan(&owner_plan, 
-					   "SELECT e.extowner, 'vq.handler'::pg_catalog.regclass::pg_catalog.oid,"
-					   " 'vq.contract_override'::pg_catalog.regclass::pg_catalog.oid,"
-					   " 'vq.queue'::pg_catalog.regclass::pg_catalog.oid,"
-					   " 'vq.destination'::pg_catalog.regclass::pg_catalog.oid"
-					   " FROM pg_catalog.pg_extension e"
-					   " WHERE e.extname OPERATOR(pg_catalog.=) 'vq_job'", 0, NULL));
-	if (SPI_processed != 1)
+	if (!OidIsValid(ext) || !OidIsValid(nsp))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("extension \"vq_job\" is not installed in this database")));
-	reg->owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0],
-													 SPI_tuptable->tupdesc, 1, &isnull));
-	/* Watch the tables even while they are empty. */
-	for (int col = 2; col <= 1 + NWATCHED; col++)
-		watched_relids[col - 2] = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0],
-																 SPI_tuptable->tupdesc, col, &isnull));
+	rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyInit(&key, Anum_pg_extension_oid, BTEqualStrategyNumber, F_OIDEQ, ObjectIdGetDatum(ext));
+	scan = systable_beginscan(rel, ExtensionOidIndexId, true, NULL, 1, &key);
+	tup = systable_getnext(scan);
+	if (!HeapTupleIsValid(tup))
+		elog(ERROR, "vq_job: extension %u vanished", ext);
+	reg->owner = ((Form_pg_extension) GETSTRUCT(tup))->extowner;
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	/* watch the tables even while they are empty */
+	for (int i = 0; i < NWATCHED; i++)
+	{
+		relids[i] = get_relname_relid(tables[i], nsp);
+		if (!OidIsValid(relids[i]))
+			elog(ERROR, "vq_job: table vq.%s is missing", tables[i]);
+		watched_relids[i] = relids[i];
+	}
 }
 
 /*
- * Rebuild the registry from the tables, as the bootstrap superuser (reading
- * needs no grants; every name in the queries is qualified). On error the
- * transaction abort restores the user and SPI, and registry stays NULL, so a
- * half-built copy is never used.
+ * Rebuild the registry from the tables (reading them needs no privileges:
+ * they are scanned directly, not queried). On error the transaction abort
+ * frees the half-built copy, and registry stays NULL, so it is never used.
  */
 static VqRegistry *
 BuildRegistry(void)
 {
 	VqRegistry *reg;
-	VqSavedUser saved;
+	Oid			relids[NWATCHED];
 
 	/* built under the transaction's context: an error frees a half-built copy with it */
 	registry_context = AllocSetContextCreate(CurTransactionContext, "vq_job registry",
@@ -281,15 +371,12 @@ BuildRegistry(void)
 	reg = MemoryContextAllocZero(registry_context, sizeof(VqRegistry));
 	reg->mcxt = registry_context;
 
-	VqBecomeSuperuser(&saved);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "vq_job: SPI_connect failed");
-	LoadOwner(reg);
-	LoadQueues(reg);
-	LoadHandlers(reg);
-	LoadDestinations(reg);
-	SPI_finish();
-	VqRestoreUser(&saved);
+	LoadOwner(reg, relids);
+	reg->queue_hash = NameHash("vq_job queues", sizeof(VqQueue));
+	ScanConfig(relids[2], LoadQueue, reg);
+	LoadHandlers(reg, relids[0], relids[1]);
+	reg->destination_hash = NameHash("vq_job destinations", sizeof(VqDestination));
+	ScanConfig(relids[3], LoadDestination, reg);
 	MemoryContextSetParent(reg->mcxt, CacheMemoryContext);
 	registry_context = NULL;
 	return reg;

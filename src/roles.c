@@ -2,15 +2,14 @@
  * roles.c: every switch of vq_job's current user, in one place.
  *
  * vq_job writes its tables as the extension owner (after checking the caller
- * itself), reads its configuration as the bootstrap superuser, and runs user
- * code as the role the work belongs to, never with more rights. A
+ * itself) and runs user code as the role the work belongs to, never with more
+ * rights. A
  * transaction or subtransaction abort restores the user and security context
  * it started with, so an error between a switch and its restore leaves
  * nothing behind.
  */
 #include "postgres.h"
 
-#include "catalog/pg_authid.h"
 #include "miscadmin.h"
 #include "utils/guc.h"
 
@@ -33,14 +32,7 @@ VqBecomeOwner(Oid owner, VqSavedUser *saved)
 	SwitchUser(owner, 0, saved);
 }
 
-/* vq_job's configuration reads, as the bootstrap superuser. */
-void
-VqBecomeSuperuser(VqSavedUser *saved)
-{
-	SwitchUser(BOOTSTRAP_SUPERUSERID, 0, saved);
-}
-
-/* Back from VqBecomeOwner or VqBecomeSuperuser. */
+/* Back from VqBecomeOwner. */
 void
 VqRestoreUser(VqSavedUser *saved)
 {

@@ -17,10 +17,7 @@ typedef struct VqSavedUser
 /* vq_job's own writes, as the extension owner (PUBLIC may not write its tables). */
 extern void VqBecomeOwner(Oid owner, VqSavedUser *saved);
 
-/* vq_job's configuration reads, as the bootstrap superuser (its queries are all qualified). */
-extern void VqBecomeSuperuser(VqSavedUser *saved);
-
-/* Back from VqBecomeOwner or VqBecomeSuperuser. */
+/* Back from VqBecomeOwner. */
 extern void VqRestoreUser(VqSavedUser *saved);
 
 /*
