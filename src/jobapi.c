@@ -84,6 +84,7 @@ VqJobApiBegin(VqJob *job)
 	memcpy(&r->execution_id, &job->execution_id, sizeof(pg_uuid_t));
 	strlcpy(r->handler, job->handler, sizeof(r->handler));
 	r->attempt_number = job->attempt_number;
+	r->enqueued_by = job->enqueued_by;
 	r->started_at = GetCurrentTimestamp();
 	r->progress_total = -1;
 	r->progress_succeeded = 0;
@@ -260,9 +261,10 @@ vq_job_cancelled(PG_FUNCTION_ARGS)
 }
 
 /*
- * vq_running_jobs(): one row per job an executor of this database is running:
- * (pid, execution_id, handler, attempt_number, started_at, progress_total,
- * progress_succeeded, progress_failed, cancel_requested).
+ * vq_running_jobs(): one row per job an executor of this database is running
+ * and the caller may see (a member of the enqueuing role, as vq.job's row
+ * security has it): (pid, execution_id, handler, attempt_number, started_at,
+ * progress_total, progress_succeeded, progress_failed, cancel_requested).
  */
 Datum
 vq_running_jobs(PG_FUNCTION_ARGS)
@@ -285,7 +287,8 @@ vq_running_jobs(PG_FUNCTION_ARGS)
 		bool		nulls[9] = {false, false, false, false, false, false, false, false, false};
 		int			pid = e->pid;
 
-		if (pid == 0 || !VqReadRunningJob(e, &job))
+		/* only jobs the caller may see in vq.job (members of the enqueuing role) */
+		if (pid == 0 || !VqReadRunningJob(e, &job) || !has_privs_of_role(GetUserId(), job.enqueued_by))
 			continue;
 		values[0] = Int32GetDatum(pid);
 		values[1] = UUIDPGetDatum(palloc_object(pg_uuid_t));

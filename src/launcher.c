@@ -51,6 +51,7 @@
 #include "utils/varlena.h"
 #include "utils/wait_event.h"
 
+#include "claimpos.h"
 #include "launcher.h"
 #include "shmem.h"
 #include "vq_job.h"
@@ -205,6 +206,8 @@ AssignSlot(LauncherDatabase *db, TimestampTz now)
 		slot->state = VQ_DB_STARTING;
 		slot->state_since = now;
 		memset(&slot->request, 0, sizeof(VqLauncherRequest));
+		/* commits made while the database had no slot lowered nothing: learn positions afresh */
+		VqClaimPositionsForget(slot);
 		LWLockRelease(slot->lock);
 	}
 	LWLockRelease(VqShared->lock);

@@ -112,6 +112,7 @@ typedef struct VqRunningJob
 	pg_uuid_t	execution_id;
 	char		handler[VQ_NAME_MAX + 1];
 	int32		attempt_number;
+	Oid			enqueued_by;	/* who may see it (as in vq.job's row security) */
 	TimestampTz started_at;
 	int64		progress_total; /* -1: not set */
 	int64		progress_succeeded;
