@@ -72,9 +72,14 @@ CREATE TABLE vq.contract_override (
     updated_at    timestamptz NOT NULL DEFAULT pg_catalog.now()
 );
 
--- One row per logical job, reused across attempts.
+-- One row per logical job, reused across attempts. Partitioned by state, so that what the
+-- claims search stays small whatever is kept: vq.job_active holds the ENQUEUED and RUNNING
+-- jobs; a job that ends (COMPLETED, DEAD_LETTER, CANCELLED) moves to vq.job_finished, where
+-- retention removes it. The workers move a row with DELETE + INSERT, never an UPDATE that
+-- changes partition: a claim whose snapshot still saw the row then skips it, where a moved
+-- row would make it fail with a serialization error.
 CREATE TABLE vq.job (
-    execution_id        uuid PRIMARY KEY,
+    execution_id        uuid NOT NULL,
     state               vq.job_state NOT NULL,
     priority            integer NOT NULL,
     attempt_number      integer NOT NULL DEFAULT 0,
@@ -99,20 +104,36 @@ CREATE TABLE vq.job (
     progress_total      bigint,
     progress_succeeded  bigint,
     progress_failed     bigint
-);
+) PARTITION BY LIST (state);
+
+-- The hot partition: every job is inserted here and leaves when it ends, so its live rows are
+-- the unfinished jobs and its dead ones the jobs that ended since the last vacuum. Vacuum it as
+-- soon as any dead rows pile up, unthrottled (it is small: a pass takes milliseconds).
+CREATE TABLE vq.job_active PARTITION OF vq.job (CONSTRAINT job_active_pkey PRIMARY KEY (execution_id))
+    FOR VALUES IN ('ENQUEUED', 'RUNNING')
+    WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000,
+          autovacuum_vacuum_insert_scale_factor = 0, autovacuum_vacuum_insert_threshold = 10000,
+          autovacuum_analyze_scale_factor = 0, autovacuum_analyze_threshold = 10000,
+          autovacuum_vacuum_cost_delay = 0);
 -- The claim path: due ENQUEUED rows of a queue, highest priority first, then earliest
 -- (execution_id breaks ties, so a claim can resume exactly where the previous one ended).
-CREATE INDEX job_claim_idx ON vq.job (queue, priority DESC, scheduled_at, execution_id)
+CREATE INDEX job_claim_idx ON vq.job_active (queue, priority DESC, scheduled_at, execution_id)
     WHERE state = 'ENQUEUED';
--- Finished jobs by age, for retention.
-CREATE INDEX job_finished_idx ON vq.job (finished_at) WHERE finished_at IS NOT NULL;
 -- Jobs claimed visibly, for the rescue of those whose executor died.
-CREATE INDEX job_running_idx ON vq.job (worker_pid) WHERE state = 'RUNNING';
--- job_id is an idempotency key among unfinished jobs.
-CREATE UNIQUE INDEX job_active_job_id_key ON vq.job (job_id) WHERE state IN ('ENQUEUED', 'RUNNING');
+CREATE INDEX job_running_idx ON vq.job_active (worker_pid) WHERE state = 'RUNNING';
+-- job_id is an idempotency key among unfinished jobs (the rows of this partition).
+CREATE UNIQUE INDEX job_active_job_id_key ON vq.job_active (job_id);
 
--- Exactly one row per state transition of a job.
-CREATE TABLE vq.job_transition (
+-- Ended jobs: written once when the job ends, deleted by retention (or moved back by vq_redrive).
+CREATE TABLE vq.job_finished PARTITION OF vq.job (CONSTRAINT job_finished_pkey PRIMARY KEY (execution_id))
+    FOR VALUES IN ('COMPLETED', 'DEAD_LETTER', 'CANCELLED');
+-- Finished jobs by age, for retention.
+CREATE INDEX job_finished_idx ON vq.job_finished (finished_at);
+
+-- One row per state transition of a job, except the COMPLETED transition of a job that ran
+-- without a visible claim (ENQUEUED -> COMPLETED, the common case): the finished job row
+-- records that one (vq.job_transition shows both).
+CREATE TABLE vq.job_transition_data (
     id              bigint GENERATED ALWAYS AS IDENTITY,
     execution_id    uuid NOT NULL,
     attempt_number  integer NOT NULL,
@@ -189,8 +210,9 @@ CREATE TABLE vq.destination (
 SELECT pg_catalog.pg_extension_config_dump('vq.queue', $$WHERE name <> 'default'$$);
 SELECT pg_catalog.pg_extension_config_dump('vq.handler', '');
 SELECT pg_catalog.pg_extension_config_dump('vq.contract_override', '');
-SELECT pg_catalog.pg_extension_config_dump('vq.job', '');
-SELECT pg_catalog.pg_extension_config_dump('vq.job_transition', '');
+SELECT pg_catalog.pg_extension_config_dump('vq.job_active', '');
+SELECT pg_catalog.pg_extension_config_dump('vq.job_finished', '');
+SELECT pg_catalog.pg_extension_config_dump('vq.job_transition_data', '');
 SELECT pg_catalog.pg_extension_config_dump('vq.job_log', '');
 SELECT pg_catalog.pg_extension_config_dump('vq.outbox', '');
 SELECT pg_catalog.pg_extension_config_dump('vq.consumer_grant', '');
@@ -203,16 +225,33 @@ SELECT pg_catalog.pg_extension_config_dump('vq.destination', '');
 ------------------------------------------------------------------------------
 REVOKE ALL ON ALL TABLES IN SCHEMA vq FROM PUBLIC;
 GRANT SELECT ON vq.queue, vq.handler, vq.contract_override, vq.consumer_grant, vq.destination TO PUBLIC;
-GRANT SELECT ON vq.job, vq.job_transition, vq.job_log, vq.outbox TO PUBLIC;
+GRANT SELECT ON vq.job, vq.job_transition_data, vq.job_log, vq.outbox TO PUBLIC;
 
 ALTER TABLE vq.job ENABLE ROW LEVEL SECURITY;
 CREATE POLICY job_visible_to_enqueuer ON vq.job FOR SELECT
     USING (pg_catalog.pg_has_role(CURRENT_USER, enqueued_by, 'USAGE'));
 
-ALTER TABLE vq.job_transition ENABLE ROW LEVEL SECURITY;
-CREATE POLICY job_transition_visible_to_enqueuer ON vq.job_transition FOR SELECT
+ALTER TABLE vq.job_transition_data ENABLE ROW LEVEL SECURITY;
+CREATE POLICY job_transition_visible_to_enqueuer ON vq.job_transition_data FOR SELECT
     USING (EXISTS (SELECT 1 FROM vq.job j
-                   WHERE j.execution_id OPERATOR(pg_catalog.=) job_transition.execution_id));
+                   WHERE j.execution_id OPERATOR(pg_catalog.=) job_transition_data.execution_id));
+
+-- Every transition of the jobs the caller may see: the stored ones, and the COMPLETED
+-- transition implied by a job that completed without one (a job completes at most once:
+-- vq_redrive re-enqueues dead letters only). Implied rows have no id and sort after the
+-- stored ones of their job in id order.
+CREATE VIEW vq.job_transition WITH (security_invoker = true) AS
+SELECT t.id, t.execution_id, t.attempt_number, t.kind, t.from_state, t.to_state, t.error, t.at
+  FROM vq.job_transition_data t
+UNION ALL
+SELECT NULL::bigint, j.execution_id, j.attempt_number, 'COMPLETED'::text,
+       'ENQUEUED'::vq.job_state, 'COMPLETED'::vq.job_state, NULL::text, j.finished_at
+  FROM vq.job j
+ WHERE j.state OPERATOR(pg_catalog.=) 'COMPLETED'::vq.job_state
+   AND NOT EXISTS (SELECT 1 FROM vq.job_transition_data c
+                    WHERE c.execution_id OPERATOR(pg_catalog.=) j.execution_id
+                      AND c.kind OPERATOR(pg_catalog.=) 'COMPLETED');
+GRANT SELECT ON vq.job_transition TO PUBLIC;
 
 ALTER TABLE vq.job_log ENABLE ROW LEVEL SECURITY;
 CREATE POLICY job_log_visible_to_enqueuer ON vq.job_log FOR SELECT
@@ -1075,14 +1114,22 @@ DECLARE
 BEGIN
     FOREACH id IN ARRAY coalesce(ids, '{}') LOOP
         BEGIN
-            WITH r AS (
-                UPDATE vq.job j SET state = 'ENQUEUED', attempt_number = 0, scheduled_at = now(),
-                       finished_at = NULL, updated_at = now(), cancel_requested = false
+            -- moved back to vq.job_active (DELETE + INSERT, as the workers move jobs)
+            WITH d AS (
+                DELETE FROM vq.job_finished j
                  WHERE j.execution_id OPERATOR(pg_catalog.=) id
                    AND j.state OPERATOR(pg_catalog.=) 'DEAD_LETTER'::vq.job_state
-                RETURNING j.execution_id, j.attempt_number)
-            INSERT INTO vq.job_transition (execution_id, attempt_number, kind, from_state, to_state)
-            SELECT r.execution_id, r.attempt_number, 'REDRIVEN', 'DEAD_LETTER', 'ENQUEUED' FROM r;
+                RETURNING j.*),
+            r AS (
+                INSERT INTO vq.job_active
+                SELECT d.execution_id, 'ENQUEUED', d.priority, 0, d.max_attempts, now(), d.created_at,
+                       now(), d.enqueued_by, d.queue, d.job_id, d.handler, d.handler_address, d.payload,
+                       d.metadata, d.started_at, NULL, NULL, NULL, NULL, false, d.last_error,
+                       d.progress_total, d.progress_succeeded, d.progress_failed
+                  FROM d
+                RETURNING execution_id)
+            INSERT INTO vq.job_transition_data (execution_id, attempt_number, kind, from_state, to_state)
+            SELECT r.execution_id, 0, 'REDRIVEN', 'DEAD_LETTER', 'ENQUEUED' FROM r;
             IF FOUND THEN
                 n := n + 1;
             END IF;

@@ -240,7 +240,7 @@ CopyJob(HeapTuple tup, TupleDesc desc)
 #define CLAIM_COLUMNS \
 	"SELECT execution_id, job_id, handler, handler_address, queue, priority," \
 	" attempt_number, max_attempts, scheduled_at, payload, metadata, enqueued_by" \
-	" FROM vq.job" \
+	" FROM vq.job_active" \
 	" WHERE queue OPERATOR(pg_catalog.=) $1" \
 	" AND state OPERATOR(pg_catalog.=) 'ENQUEUED'::vq.job_state" \
 	" AND scheduled_at OPERATOR(pg_catalog.<=) $2"
@@ -321,11 +321,11 @@ LearnLevels(VqQueue *queue)
 
 	if (SPI_execute_plan(VqKeepPlan(&levels_plan,
 								  "WITH RECURSIVE l(p) AS ("
-								  " SELECT pg_catalog.max(priority) FROM vq.job"
+								  " SELECT pg_catalog.max(priority) FROM vq.job_active"
 								  "  WHERE queue OPERATOR(pg_catalog.=) $1"
 								  "  AND state OPERATOR(pg_catalog.=) 'ENQUEUED'::vq.job_state"
 								  " UNION ALL"
-								  " SELECT (SELECT pg_catalog.max(priority) FROM vq.job"
+								  " SELECT (SELECT pg_catalog.max(priority) FROM vq.job_active"
 								  "  WHERE queue OPERATOR(pg_catalog.=) $1"
 								  "  AND state OPERATOR(pg_catalog.=) 'ENQUEUED'::vq.job_state"
 								  "  AND priority OPERATOR(pg_catalog.<) l.p)"
@@ -458,7 +458,7 @@ EarliestFutureDueAnywhere(TimestampTz now)
 	Datum		d;
 
 	if (SPI_execute_plan(VqKeepPlan(&plan,
-								  "SELECT pg_catalog.min(scheduled_at) FROM vq.job"
+								  "SELECT pg_catalog.min(scheduled_at) FROM vq.job_active"
 								  " WHERE state OPERATOR(pg_catalog.=) 'ENQUEUED'::vq.job_state"
 								  " AND scheduled_at OPERATOR(pg_catalog.>) $1",
 								  1, (Oid[]) {TIMESTAMPTZOID}),
@@ -477,7 +477,7 @@ EarliestFutureDueInLevel(VqQueue *queue, int32 priority, TimestampTz now)
 	bool		isnull;
 
 	if (SPI_execute_plan(VqKeepPlan(&plan,
-								  "SELECT scheduled_at FROM vq.job"
+								  "SELECT scheduled_at FROM vq.job_active"
 								  " WHERE queue OPERATOR(pg_catalog.=) $1"
 								  " AND state OPERATOR(pg_catalog.=) 'ENQUEUED'::vq.job_state"
 								  " AND priority OPERATOR(pg_catalog.=) $2"

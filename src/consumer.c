@@ -81,14 +81,24 @@ LoadJobForConsumer(pg_uuid_t *id, Oid caller, char **state, bool *external)
 	VqJob	   *job;
 	bool		isnull;
 
-	if (SPI_execute_plan(VqKeepPlan(&job_plan,
-							  "SELECT execution_id, job_id, handler, handler_address, queue, attempt_number,"
-							  " max_attempts, enqueued_by, state::pg_catalog.text, worker_pid IS NULL,"
-							  " priority, scheduled_at"
-							  " FROM vq.job WHERE execution_id OPERATOR(pg_catalog.=) $1 FOR UPDATE",
-							  1, (Oid[]) {UUIDOID}),
-						 &arg, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "vq_job: reading the job failed");
+	/*
+	 * A job that ended while we waited for its row lock has moved from
+	 * vq.job_active to vq.job_finished, which this statement's snapshot did
+	 * not show yet: one more statement (a new snapshot) finds it there.
+	 */
+	for (int tries = 0; tries < 2; tries++)
+	{
+		if (SPI_execute_plan(VqKeepPlan(&job_plan,
+								  "SELECT execution_id, job_id, handler, handler_address, queue, attempt_number,"
+								  " max_attempts, enqueued_by, state::pg_catalog.text, worker_pid IS NULL,"
+								  " priority, scheduled_at"
+								  " FROM vq.job WHERE execution_id OPERATOR(pg_catalog.=) $1 FOR UPDATE",
+								  1, (Oid[]) {UUIDOID}),
+							 &arg, NULL, false, 1) != SPI_OK_SELECT)
+			elog(ERROR, "vq_job: reading the job failed");
+		if (SPI_processed == 1)
+			break;
+	}
 	if (SPI_processed != 1)
 		return NULL;
 	tup = SPI_tuptable->vals[0];
@@ -255,9 +265,9 @@ vq_pull(PG_FUNCTION_ARGS)
 	values[3] = BoolGetDatum(GrantedConsumer(caller, handler_name));
 	if (SPI_execute_plan(VqKeepPlan(&pull_plan,
 							  "WITH claimed AS ("
-							  " UPDATE vq.job j SET consumer_claimed_at = pg_catalog.clock_timestamp(),"
+							  " UPDATE vq.job_active j SET consumer_claimed_at = pg_catalog.clock_timestamp(),"
 							  "  updated_at = pg_catalog.clock_timestamp()"
-							  " FROM (SELECT execution_id FROM vq.job"
+							  " FROM (SELECT execution_id FROM vq.job_active"
 							  "       WHERE handler OPERATOR(pg_catalog.=) $1"
 							  "       AND state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state"
 							  "       AND worker_pid IS NULL AND consumer_claimed_at IS NULL"
@@ -321,7 +331,7 @@ vq_take(PG_FUNCTION_ARGS)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "vq_job: SPI_connect failed");
 	if (SPI_execute_plan(VqKeepPlan(&take_plan,
-							  "UPDATE vq.job j SET consumer_claimed_at = pg_catalog.clock_timestamp(),"
+							  "UPDATE vq.job_active j SET consumer_claimed_at = pg_catalog.clock_timestamp(),"
 							  "  updated_at = pg_catalog.clock_timestamp()"
 							  " WHERE j.execution_id OPERATOR(pg_catalog.=) $1"
 							  " AND j.state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state"

@@ -74,10 +74,8 @@ typedef struct JobSpec
 #define JOB_COLUMNS \
 	"(execution_id, state, priority, attempt_number, max_attempts, scheduled_at," \
 	" created_at, updated_at, enqueued_by, queue, job_id, handler, handler_address, payload, metadata)"
-#define ACTIVE_STATES \
-	"state OPERATOR(pg_catalog.=) ANY ('{ENQUEUED,RUNNING}'::vq.job_state[])"
-#define ON_ACTIVE_CONFLICT \
-	" ON CONFLICT (job_id) WHERE " ACTIVE_STATES " DO NOTHING"
+/* vq.job_active holds the unfinished jobs; its unique index on job_id is the idempotency key */
+#define ON_ACTIVE_CONFLICT " ON CONFLICT (job_id) DO NOTHING"
 
 /* $1 execution_id, $2 job_id, $3 payload (scalars, or arrays for the batch plans), then the rest. */
 #define NPARAMS 12
@@ -317,7 +315,7 @@ InsertOne(const JobSpec *spec, Datum payload, bool payload_null, text *job_id)
 		char	   *uuid_text = DatumGetCString(DirectFunctionCall1(uuid_out, values[0]));
 
 		values[1] = PointerGetDatum(cstring_to_text(psprintf("delayed-%s", uuid_text)));
-		RunWrite(VqKeepPlan(&insert_one_plan, "INSERT INTO vq.job " JOB_COLUMNS ONE_VALUES,
+		RunWrite(VqKeepPlan(&insert_one_plan, "INSERT INTO vq.job_active " JOB_COLUMNS ONE_VALUES,
 						  NPARAMS, one_types),
 				 values, nulls, SPI_OK_INSERT);
 		result = values[0];
@@ -339,7 +337,7 @@ InsertOne(const JobSpec *spec, Datum payload, bool payload_null, text *job_id)
 				elog(ERROR, "vq_job: could not settle job_id \"%s\" after %d tries",
 					 text_to_cstring(job_id), tries);
 			RunWrite(VqKeepPlan(&insert_one_idempotent_plan,
-							  "INSERT INTO vq.job " JOB_COLUMNS ONE_VALUES ON_ACTIVE_CONFLICT
+							  "INSERT INTO vq.job_active " JOB_COLUMNS ONE_VALUES ON_ACTIVE_CONFLICT
 							  " RETURNING execution_id", NPARAMS, one_types),
 					 values, nulls, SPI_OK_INSERT_RETURNING);
 			if (SPI_processed == 1)
@@ -348,8 +346,8 @@ InsertOne(const JobSpec *spec, Datum payload, bool payload_null, text *job_id)
 				break;
 			}
 			if (SPI_execute_plan(VqKeepPlan(&holder_one_plan,
-										  "SELECT execution_id, enqueued_by FROM vq.job"
-										  " WHERE job_id OPERATOR(pg_catalog.=) $1 AND " ACTIVE_STATES,
+										  "SELECT execution_id, enqueued_by FROM vq.job_active"
+										  " WHERE job_id OPERATOR(pg_catalog.=) $1",
 										  1, (Oid[]) {TEXTOID}),
 								 &values[1], NULL, false, 1) != SPI_OK_SELECT)
 				elog(ERROR, "vq_job: job_id lookup failed");
@@ -433,8 +431,8 @@ FillHolders(ArrayType *job_ids, Datum *ids, int n, Oid caller)
 	Datum		arg = PointerGetDatum(job_ids);
 
 	if (SPI_execute_plan(VqKeepCustomPlan(&holder_many_plan,
-								  "SELECT job_id, execution_id, enqueued_by FROM vq.job"
-								  " WHERE job_id OPERATOR(pg_catalog.=) ANY ($1) AND " ACTIVE_STATES,
+								  "SELECT job_id, execution_id, enqueued_by FROM vq.job_active"
+								  " WHERE job_id OPERATOR(pg_catalog.=) ANY ($1)",
 								  1, (Oid[]) {TEXTARRAYOID}),
 						 &arg, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "vq_job: job_id lookup failed");
@@ -546,7 +544,7 @@ vq_enqueue_many(PG_FUNCTION_ARGS)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "vq_job: SPI_connect failed");
 	if (job_ids == NULL)
-		RunWrite(VqKeepPlan(&insert_many_plan, "INSERT INTO vq.job " JOB_COLUMNS MANY_SELECT,
+		RunWrite(VqKeepPlan(&insert_many_plan, "INSERT INTO vq.job_active " JOB_COLUMNS MANY_SELECT,
 						  NPARAMS, many_types),
 				 values, nulls, SPI_OK_INSERT);
 	else
@@ -557,7 +555,7 @@ vq_enqueue_many(PG_FUNCTION_ARGS)
 			if (tries >= 100)
 				elog(ERROR, "vq_job: could not settle the batch's job_ids after %d tries", tries);
 			RunWrite(VqKeepPlan(&insert_many_idempotent_plan,
-							  "INSERT INTO vq.job " JOB_COLUMNS MANY_SELECT
+							  "INSERT INTO vq.job_active " JOB_COLUMNS MANY_SELECT
 							  /* a fixed order: two batches sharing new ids cannot deadlock */
 							  " ORDER BY u.j COLLATE pg_catalog.\"C\"" ON_ACTIVE_CONFLICT,
 							  NPARAMS, many_types),
@@ -657,7 +655,7 @@ VqEnqueueManyResolved(VqRegistry *registry, int n, Datum *handlers, Datum *addre
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "vq_job: SPI_connect failed");
 	RunWrite(VqKeepPlan(&plan,
-						"INSERT INTO vq.job " JOB_COLUMNS
+						"INSERT INTO vq.job_active " JOB_COLUMNS
 						" SELECT u.e, 'ENQUEUED', u.pr, 0, u.ma, u.sa, $1, $1, u.eb, u.q,"
 						"  'delayed-' OPERATOR(pg_catalog.||) u.e::pg_catalog.text, u.h, u.a, u.p, u.m"
 						" FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3), pg_catalog.unnest($4),"

@@ -30,6 +30,7 @@
 
 #include "executor.h"
 #include "jobapi.h"
+#include "outcome.h"
 #include "registry.h"
 #include "roles.h"
 #include "spi_util.h"
@@ -341,7 +342,7 @@ FlagRunningJob(pg_uuid_t *execution_id)
 	"SELECT enqueued_by::pg_catalog.oid::pg_catalog.text, state::pg_catalog.text FROM vq.job" \
 	" WHERE execution_id OPERATOR(pg_catalog.=) $1"
 #define CANCEL_REQUEST_SQL \
-	"UPDATE vq.job SET cancel_requested = true" \
+	"UPDATE vq.job_active SET cancel_requested = true" \
 	" WHERE execution_id OPERATOR(pg_catalog.=) $1" \
 	" AND state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state"
 
@@ -405,12 +406,16 @@ vq_cancel(PG_FUNCTION_ARGS)
 		{
 			/* may wait for an executor that claimed it meanwhile; then it has finished or is RUNNING */
 			char	   *cancelled = CancelStep(&cancel_plan,
-											   "WITH j AS (UPDATE vq.job SET state = 'CANCELLED',"
-											   "  finished_at = pg_catalog.now(), updated_at = pg_catalog.now()"
+											   "WITH j AS (DELETE FROM vq.job_active"
 											   "  WHERE execution_id OPERATOR(pg_catalog.=) $1"
 											   "  AND state OPERATOR(pg_catalog.=) 'ENQUEUED'::vq.job_state"
-											   "  RETURNING execution_id, attempt_number),"
-											   " t AS (INSERT INTO vq.job_transition"
+											   "  RETURNING *),"
+											   " f AS (INSERT INTO vq.job_finished SELECT"
+											   VQ_FINISHED_ROW("'CANCELLED'::vq.job_state", "pg_catalog.now()", "started_at",
+															   "pg_catalog.now()", "last_error", "progress_total",
+															   "progress_succeeded", "progress_failed")
+											   "  FROM j),"
+											   " t AS (INSERT INTO vq.job_transition_data"
 											   "  (execution_id, attempt_number, kind, from_state, to_state)"
 											   "  SELECT execution_id, attempt_number, 'CANCELLED', 'ENQUEUED', 'CANCELLED' FROM j"
 											   "  RETURNING 1)"

@@ -1,7 +1,11 @@
 /*
  * outcome.c: writing what happened to jobs, and rescuing jobs whose executor
- * died. Every state change updates the job row and inserts exactly one
- * vq.job_transition row, in one statement. All functions run inside the
+ * died. Every state change writes the job row and its history in one
+ * statement: a job that ends moves from vq.job_active to vq.job_finished
+ * (DELETE + INSERT); every transition gets one vq.job_transition_data row,
+ * except the COMPLETED transition of a job that was never claimed visibly
+ * (ENQUEUED -> COMPLETED, the common case), which the finished row records
+ * (the vq.job_transition view shows it). All functions run inside the
  * caller's transaction, connected to SPI, with plans prepared once and kept.
  *
  * Attempts are zero-based and max_attempts inclusive: an attempt remains while
@@ -29,7 +33,8 @@
 #include "vq_job.h"
 
 static SPIPlanPtr completed_plan = NULL;
-static SPIPlanPtr finish_plan = NULL;
+static SPIPlanPtr retry_plan = NULL;
+static SPIPlanPtr dead_letter_plan = NULL;
 static SPIPlanPtr running_plan = NULL;
 static SPIPlanPtr orphans_plan = NULL;
 static SPIPlanPtr progress_plan = NULL;
@@ -93,22 +98,21 @@ PersistOneCompleted(VqJob *job, VqOutcome *o, TimestampTz now)
 		nulls[6] = 'n';
 
 	Write(VqKeepPlan(&completed_one_plan,
-			   "WITH done AS ("
-			   " UPDATE vq.job j SET state = 'COMPLETED', finished_at = $2, updated_at = $2,"
-			   "  last_error = NULL, worker_pid = NULL, worker_started_at = NULL,"
-			   "  started_at = coalesce(j.started_at, $7),"
-			   "  progress_total = coalesce($4, j.progress_total),"
-			   "  progress_succeeded = coalesce($5, j.progress_succeeded),"
-			   "  progress_failed = coalesce($6, j.progress_failed)"
-			   " WHERE j.execution_id OPERATOR(pg_catalog.=) $1"
-			   " RETURNING j.execution_id, j.attempt_number)"
-			   " INSERT INTO vq.job_transition (execution_id, attempt_number, kind, from_state, to_state, at)"
-			   " SELECT execution_id, attempt_number, 'COMPLETED', $3::vq.job_state, 'COMPLETED', $2 FROM done",
+			   "WITH moved AS ("
+			   " DELETE FROM vq.job_active j WHERE j.execution_id OPERATOR(pg_catalog.=) $1 RETURNING j.*),"
+			   " finished AS (INSERT INTO vq.job_finished SELECT"
+			   VQ_FINISHED_ROW("'COMPLETED'::vq.job_state", "$2", "coalesce(started_at, $7)", "$2", "NULL",
+							   "coalesce($4, progress_total)", "coalesce($5, progress_succeeded)",
+							   "coalesce($6, progress_failed)")
+			   "  FROM moved)"
+			   " INSERT INTO vq.job_transition_data (execution_id, attempt_number, kind, from_state, to_state, at)"
+			   " SELECT execution_id, attempt_number, 'COMPLETED', $3::vq.job_state, 'COMPLETED', $2 FROM moved"
+			   " WHERE $3 OPERATOR(pg_catalog.=) 'RUNNING'",
 			   7, (Oid[]) {UUIDOID, TIMESTAMPTZOID, TEXTOID, INT8OID, INT8OID, INT8OID, TIMESTAMPTZOID}),
 		  values, nulls);
 }
 
-/* Mark several jobs COMPLETED in one set-based statement, one COMPLETED transition each. */
+/* Mark several jobs COMPLETED in one set-based statement. */
 static void
 PersistManyCompleted(List *jobs, List *outcomes, TimestampTz now)
 {
@@ -145,26 +149,30 @@ PersistManyCompleted(List *jobs, List *outcomes, TimestampTz now)
 												   FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 
 	Write(VqKeepCustomPlan(&completed_plan,
-			   "WITH done AS ("
-			   " UPDATE vq.job j SET state = 'COMPLETED', finished_at = $2, updated_at = $2,"
-			   "  last_error = NULL, worker_pid = NULL, worker_started_at = NULL,"
-			   "  started_at = coalesce(j.started_at, u.st),"
-			   "  progress_total = coalesce(u.t, j.progress_total),"
-			   "  progress_succeeded = coalesce(u.s, j.progress_succeeded),"
-			   "  progress_failed = coalesce(u.f, j.progress_failed)"
-			   " FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($3), pg_catalog.unnest($4),"
-			   "                 pg_catalog.unnest($5), pg_catalog.unnest($6), pg_catalog.unnest($7))"
-			   "  AS u(e, fs, t, s, f, st)"
-			   " WHERE j.execution_id OPERATOR(pg_catalog.=) u.e"
-			   " RETURNING j.execution_id, j.attempt_number, u.fs)"
-			   " INSERT INTO vq.job_transition (execution_id, attempt_number, kind, from_state, to_state, at)"
-			   " SELECT execution_id, attempt_number, 'COMPLETED', fs::vq.job_state, 'COMPLETED', $2 FROM done",
+			   /*
+				* The rows are found by "= ANY" on the primary key, not by a join
+				* with the arrays: vq.job_active is often empty when analyzed, and
+				* a join planned for an empty table walks the whole index.
+				*/
+			   "WITH moved AS ("
+			   " DELETE FROM vq.job_active j WHERE j.execution_id OPERATOR(pg_catalog.=) ANY ($1) RETURNING j.*),"
+			   " finished AS (INSERT INTO vq.job_finished SELECT"
+			   VQ_FINISHED_ROW("'COMPLETED'::vq.job_state", "$2", "coalesce(started_at, st)", "$2", "NULL",
+							   "coalesce(t, progress_total)", "coalesce(s, progress_succeeded)",
+							   "coalesce(f, progress_failed)")
+			   "  FROM moved JOIN ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($3), pg_catalog.unnest($4),"
+			   "                  pg_catalog.unnest($5), pg_catalog.unnest($6), pg_catalog.unnest($7))"
+			   "  AS u(e, fs, t, s, f, st) ON u.e OPERATOR(pg_catalog.=) moved.execution_id)"
+			   " INSERT INTO vq.job_transition_data (execution_id, attempt_number, kind, from_state, to_state, at)"
+			   " SELECT moved.execution_id, moved.attempt_number, 'COMPLETED', 'RUNNING', 'COMPLETED', $2"
+			   " FROM moved JOIN ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($3)) AS r(e, fs)"
+			   "  ON r.e OPERATOR(pg_catalog.=) moved.execution_id WHERE r.fs OPERATOR(pg_catalog.=) 'RUNNING'",
 			   7, (Oid[]) {UUIDARRAYOID, TIMESTAMPTZOID, TEXTARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID,
 			   TIMESTAMPTZARRAYOID}),
 		  values, NULL);
 }
 
-/* Mark jobs COMPLETED, one COMPLETED transition each. */
+/* Mark jobs COMPLETED (a COMPLETED transition for those claimed visibly; implied for the others). */
 void
 VqPersistCompleted(List *jobs, List *outcomes, TimestampTz now)
 {
@@ -183,6 +191,8 @@ VqPersistCompleted(List *jobs, List *outcomes, TimestampTz now)
 bool
 VqPersistFailure(VqJob *job, VqOutcome *outcome, VqQueue *queue, TimestampTz now)
 {
+	static const Oid failure_types[11] = {UUIDOID, TEXTOID, INT4OID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID, INT4OID, TEXTOID, TEXTOID, TIMESTAMPTZOID};
 	bool		retry = job->attempt_number + 1 < job->max_attempts && !outcome->permanent;
 	TimestampTz next_at = now;
 	Datum		values[11];
@@ -217,22 +227,34 @@ VqPersistFailure(VqJob *job, VqOutcome *outcome, VqQueue *queue, TimestampTz now
 	values[10] = TimestampTzGetDatum(job->updated_at);
 	nulls[10] = job->updated_at == 0 ? 'n' : ' ';
 
-	written = Write(VqKeepPlan(&finish_plan,
-						 "WITH j AS ("
-						 " UPDATE vq.job SET state = $2::vq.job_state, attempt_number = $3,"
-						 "  scheduled_at = CASE WHEN $2 OPERATOR(pg_catalog.=) 'ENQUEUED' THEN coalesce($4, scheduled_at)"
-						 "   ELSE scheduled_at END,"
-						 "  last_error = $5, finished_at = $6, updated_at = $7,"
-						 "  worker_pid = NULL, worker_started_at = NULL, consumer_claimed_at = NULL"
-						 " WHERE execution_id OPERATOR(pg_catalog.=) $1"
-						 " AND state OPERATOR(pg_catalog.=) $10::vq.job_state AND attempt_number OPERATOR(pg_catalog.=) $8"
-						 " AND ($11::pg_catalog.timestamptz IS NULL OR updated_at OPERATOR(pg_catalog.=) $11)"
-						 " RETURNING execution_id)"
-						 " INSERT INTO vq.job_transition (execution_id, attempt_number, kind, from_state, to_state, error, at)"
-						 " SELECT execution_id, $8, $9, $10::vq.job_state, $2::vq.job_state, $5, $7 FROM j",
-						 11, (Oid[]) {UUIDOID, TEXTOID, INT4OID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID,
-						 TIMESTAMPTZOID, INT4OID, TEXTOID, TEXTOID, TIMESTAMPTZOID}),
-					values, nulls);
+	/* $1 id, $2 new state, $3 new attempt, $4 retry at, $5 error, $7 now, $8/$10/$11 the row as seen */
+#define FAILURE_GUARD \
+	" WHERE j.execution_id OPERATOR(pg_catalog.=) $1" \
+	" AND j.state OPERATOR(pg_catalog.=) $10::vq.job_state AND j.attempt_number OPERATOR(pg_catalog.=) $8" \
+	" AND ($11::pg_catalog.timestamptz IS NULL OR j.updated_at OPERATOR(pg_catalog.=) $11)"
+#define FAILURE_TRANSITION \
+	" INSERT INTO vq.job_transition_data (execution_id, attempt_number, kind, from_state, to_state, error, at)" \
+	" SELECT execution_id, $8, $9, $10::vq.job_state, $2::vq.job_state, $5, $7 FROM j"
+	if (retry)
+		written = Write(VqKeepPlan(&retry_plan,
+							 "WITH j AS ("
+							 " UPDATE vq.job_active j SET state = 'ENQUEUED', attempt_number = $3,"
+							 "  scheduled_at = coalesce($4, j.scheduled_at), last_error = $5, updated_at = $7,"
+							 "  worker_pid = NULL, worker_started_at = NULL, consumer_claimed_at = NULL"
+							 FAILURE_GUARD " RETURNING j.execution_id)"
+							 FAILURE_TRANSITION,
+							 11, failure_types),
+						values, nulls);
+	else
+		written = Write(VqKeepPlan(&dead_letter_plan,
+							 "WITH j AS (DELETE FROM vq.job_active j" FAILURE_GUARD " RETURNING j.*),"
+							 " finished AS (INSERT INTO vq.job_finished SELECT"
+							 VQ_FINISHED_ROW("'DEAD_LETTER'::vq.job_state", "$7", "started_at", "$6", "$5",
+											 "progress_total", "progress_succeeded", "progress_failed")
+							 "  FROM j)"
+							 FAILURE_TRANSITION,
+							 11, failure_types),
+						values, nulls);
 
 	/* the retry is a due time the executors must not sleep past */
 	if (written > 0 && retry)
@@ -260,10 +282,10 @@ VqPersistRunning(VqJob *job, bool external, TimestampTz now)
 
 	Write(VqKeepPlan(&running_plan,
 			   "WITH j AS ("
-			   " UPDATE vq.job SET state = 'RUNNING', started_at = $2, updated_at = $2,"
+			   " UPDATE vq.job_active SET state = 'RUNNING', started_at = $2, updated_at = $2,"
 			   "  worker_pid = $3, worker_started_at = $4"
 			   " WHERE execution_id OPERATOR(pg_catalog.=) $1 RETURNING execution_id, attempt_number)"
-			   " INSERT INTO vq.job_transition (execution_id, attempt_number, kind, from_state, to_state, at)"
+			   " INSERT INTO vq.job_transition_data (execution_id, attempt_number, kind, from_state, to_state, at)"
 			   " SELECT execution_id, attempt_number, 'CLAIMED', 'ENQUEUED', 'RUNNING', $2 FROM j",
 			   4, (Oid[]) {UUIDOID, TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID}),
 		  values, nulls);
@@ -310,7 +332,7 @@ ReadRescueCandidates(TimestampTz now)
 	if (SPI_execute_plan(VqKeepPlan(&orphans_plan,
 							  "SELECT execution_id, attempt_number, max_attempts, queue, worker_pid,"
 							  " worker_started_at, updated_at, priority, scheduled_at"
-							  " FROM vq.job"
+							  " FROM vq.job_active"
 							  " WHERE state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state"
 							  " AND (worker_pid IS NOT NULL"
 							  "      OR coalesce(consumer_claimed_at, started_at) OPERATOR(pg_catalog.<) $1)",
@@ -416,12 +438,12 @@ VqFlushProgress(void)
 	values[2] = PointerGetDatum(construct_array(succeeded, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 	values[3] = PointerGetDatum(construct_array(failed, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 	Write(VqKeepCustomPlan(&progress_plan,
-				   "UPDATE vq.job j SET progress_total = u.t, progress_succeeded = u.s, progress_failed = u.f"
+				   "UPDATE vq.job_active j SET progress_total = u.t, progress_succeeded = u.s, progress_failed = u.f"
 				   " FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3),"
 				   "                 pg_catalog.unnest($4)) AS u(e, t, s, f)"
 				   " WHERE j.execution_id OPERATOR(pg_catalog.=) u.e"
 				   " AND j.execution_id OPERATOR(pg_catalog.=) ANY (ARRAY("
-				   "  SELECT r.execution_id FROM vq.job r"
+				   "  SELECT r.execution_id FROM vq.job_active r"
 				   "  WHERE r.execution_id OPERATOR(pg_catalog.=) ANY ($1)"
 				   "  AND r.state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state"
 				   "  FOR UPDATE SKIP LOCKED))",
@@ -437,7 +459,7 @@ VqExternalInFlight(VqQueue *queue)
 	bool		isnull;
 
 	if (SPI_execute_plan(VqKeepPlan(&inflight_plan,
-								  "SELECT pg_catalog.count(*)::pg_catalog.int4 FROM vq.job"
+								  "SELECT pg_catalog.count(*)::pg_catalog.int4 FROM vq.job_active"
 								  " WHERE state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state AND worker_pid IS NULL"
 								  " AND queue OPERATOR(pg_catalog.=) $1",
 								  1, (Oid[]) {TEXTOID}),

@@ -1,7 +1,8 @@
 /*
- * outcome.h: writing what happened to jobs (one row update and one
- * transition each), and rescuing jobs whose executor died. Each function runs
- * inside the caller's transaction, connected to SPI.
+ * outcome.h: writing what happened to jobs (one row write and, except for a
+ * completion without a visible claim, one transition each), and rescuing jobs
+ * whose executor died. Each function runs inside the caller's transaction,
+ * connected to SPI.
  */
 #ifndef VQ_OUTCOME_H
 #define VQ_OUTCOME_H
@@ -11,7 +12,19 @@
 #include "job.h"
 #include "registry.h"
 
-/* Mark jobs COMPLETED, one COMPLETED transition each. */
+/*
+ * The select list that writes a job moved out of vq.job_active (a DELETE's
+ * RETURNING j.*) into vq.job_finished, in the table's column order, with
+ * the columns an ending changes given as SQL expressions; the executor's
+ * identity is cleared.
+ */
+#define VQ_FINISHED_ROW(state, updated_at, started_at, finished_at, last_error, total, succeeded, failed) \
+	" execution_id, " state ", priority, attempt_number, max_attempts, scheduled_at, created_at, " \
+	updated_at ", enqueued_by, queue, job_id, handler, handler_address, payload, metadata, " \
+	started_at ", " finished_at ", NULL, NULL, consumer_claimed_at, cancel_requested, " \
+	last_error ", " total ", " succeeded ", " failed
+
+/* Mark jobs COMPLETED (a COMPLETED transition for those claimed visibly; implied for the others). */
 extern void VqPersistCompleted(List *jobs, List *outcomes, TimestampTz now);
 
 /* Re-enqueue or dead-letter a job that failed or was abandoned; false if its row changed meanwhile. */

@@ -46,21 +46,21 @@ DeleteBatch(TimestampTz finished_before, TimestampTz dead_before)
 		nulls[1] = 'n';
 	(void) VqKeepCustomPlan(&delete_plan,
 							"WITH done AS ("
-							"  SELECT execution_id FROM vq.job"
+							"  SELECT execution_id FROM vq.job_finished"
 							"  WHERE finished_at OPERATOR(pg_catalog.<) $1"
 							"  AND state OPERATOR(pg_catalog.=) ANY ('{COMPLETED,CANCELLED}'::vq.job_state[])"
 							"  LIMIT $3 FOR UPDATE SKIP LOCKED),"
 							" dead AS ("
-							"  SELECT execution_id FROM vq.job"
+							"  SELECT execution_id FROM vq.job_finished"
 							"  WHERE finished_at OPERATOR(pg_catalog.<) $2"
 							"  AND state OPERATOR(pg_catalog.=) 'DEAD_LETTER'::vq.job_state"
 							"  LIMIT $3 FOR UPDATE SKIP LOCKED),"
 							" expired AS (SELECT execution_id FROM done UNION ALL SELECT execution_id FROM dead),"
 							" logs AS (DELETE FROM vq.job_log l USING expired e"
 							"  WHERE l.execution_id OPERATOR(pg_catalog.=) e.execution_id),"
-							" history AS (DELETE FROM vq.job_transition t USING expired e"
+							" history AS (DELETE FROM vq.job_transition_data t USING expired e"
 							"  WHERE t.execution_id OPERATOR(pg_catalog.=) e.execution_id)"
-							" DELETE FROM vq.job j USING expired e"
+							" DELETE FROM vq.job_finished j USING expired e"
 							" WHERE j.execution_id OPERATOR(pg_catalog.=) e.execution_id",
 							3, (Oid[]) {TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID});
 	if (SPI_execute_plan(delete_plan, values, nulls, false, 0) != SPI_OK_DELETE)

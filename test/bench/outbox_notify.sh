@@ -270,13 +270,14 @@ LEFT JOIN bench.post s ON s.n = e.n;
 
 -- Autovacuum off on the tables involved, so that a worker waking in one run only adds no noise
 -- (every run starts from truncated tables).
-ALTER TABLE vq.job SET (autovacuum_enabled = false);
-ALTER TABLE vq.job_transition SET (autovacuum_enabled = false);
+ALTER TABLE vq.job_active SET (autovacuum_enabled = false);
+ALTER TABLE vq.job_finished SET (autovacuum_enabled = false);
+ALTER TABLE vq.job_transition_data SET (autovacuum_enabled = false);
 ALTER TABLE vq.outbox SET (autovacuum_enabled = false);
 SQL
 
 truncate_all() {
-    q "TRUNCATE vq.job, vq.job_transition, vq.job_log, vq.outbox, bench.pub, bench.enq, bench.post, bench.mark" >/dev/null
+    q "TRUNCATE vq.job, vq.job_transition_data, vq.job_log, vq.outbox, bench.pub, bench.enq, bench.post, bench.mark" >/dev/null
 }
 
 NEXEC="$(q "SHOW vq.executors_per_database")"

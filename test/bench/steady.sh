@@ -54,8 +54,11 @@
 #                  first checks that the claim is tracked (with pg_stat_statements.track = 'all'
 #                  if 'top' does not see it). Each run also lists its statements by execution
 #                  time (pg_stat_statements), which shows where the executors' time goes.
-#   job MB / trans MB  pg_total_relation_size of vq.job (heap, indexes, TOAST) and of
-#                  vq.job_transition; dead / av: n_dead_tup and autovacuum_count of vq.job.
+#   job MB / trans MB  pg_total_relation_size of vq.job_active (heap, indexes, TOAST: the
+#                  partition of vq.job that holds unfinished jobs, all that claims search) and of
+#                  vq.job_transition_data; dead / av: n_dead_tup and autovacuum_count of
+#                  vq.job_active. Jobs that ended live in vq.job_finished until retention
+#                  deletes them (1 day by default): its size is printed at the end of each run.
 # The ceiling's table has: claimed rows (pg_stat_statements rows of its claim-and-update
 # statement), due backlog, buffers per claimed row (of the whole claim + UPDATE statement, so not
 # directly comparable with vq's claim-only figure), size of t, and the -P 10 progress of both
@@ -355,10 +358,10 @@ sample_sql() {  # sample_sql vq|ceil
         # here would scan the claim index's dead entries and disturb the very latencies measured)
         echo "SELECT extract(epoch FROM clock_timestamp()), NULL::bigint,
                      s.calls, s.rows, s.blks,
-                     pg_total_relation_size('vq.job'), pg_total_relation_size('vq.job_transition'),
+                     pg_total_relation_size('vq.job_active'), pg_total_relation_size('vq.job_transition_data'),
                      coalesce(st.n_dead_tup, 0), coalesce(st.autovacuum_count, 0)
               FROM ($(pgss_sums "$VQ_CLAIM_FILTER")) s
-              LEFT JOIN pg_stat_user_tables st ON st.relid = 'vq.job'::regclass"
+              LEFT JOIN pg_stat_user_tables st ON st.relid = 'vq.job_active'::regclass"
     else
         echo "SELECT extract(epoch FROM clock_timestamp()),
                      (SELECT count(*) FROM t WHERE state = 0 AND run_at <= now()),
@@ -615,6 +618,8 @@ do_run() {  # do_run NAME
         log "  left at the end: $(q "SELECT string_agg(state || ' ' || n, ', ' ORDER BY state)
                                       FROM (SELECT state::text, count(*) AS n FROM vq.job GROUP BY 1) s"); visible claims" \
             "(CLAIMED transitions): $(q "SELECT count(*) FROM vq.job_transition WHERE kind = 'CLAIMED'")"
+        log "  vq.job_finished at the end (ended jobs, kept for vq.retention_finished = $(q "SHOW vq.retention_finished")):" \
+            "$(q "SELECT round(pg_total_relation_size('vq.job_finished') / 1048576.0, 1)") MB"
         windows_vq "$name" "$hold"
         ! awk -F'\t' '!/^#/ { d += $4; c += $8 } END { exit !(d > 0 && c == 0) }' "$WORK/$name.windows" ||
             die "$name: jobs completed but pg_stat_statements recorded no claim statement"

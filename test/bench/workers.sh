@@ -40,7 +40,7 @@
 #                                                  run of the handler in a new executor, which is
 #                                                  a visible claim)
 # ceiling: rows equal to vq_enqueue_many's (checked column by column once) INSERTed into
-# bench.plain_job (LIKE vq.job INCLUDING DEFAULTS INCLUDING INDEXES; index sets checked equal),
+# bench.plain_job (LIKE vq.job_active INCLUDING DEFAULTS INCLUDING INDEXES; index sets checked equal),
 # then pgbench -n (simple protocol) with the UPDATE ... FROM (SELECT ... LIMIT 100 FOR UPDATE
 # SKIP LOCKED) script until empty (a few surplus transactions; finished_at = now() is each
 # transaction's start):
@@ -191,12 +191,14 @@ BEGIN
     RETURN e;
 END\$\$;
 
--- The ceiling's table: the same columns, defaults and indexes as vq.job.
-CREATE TABLE bench.plain_job (LIKE vq.job INCLUDING DEFAULTS INCLUDING INDEXES);
+-- The ceiling's table: the same columns, defaults and indexes as vq.job_active (the partition
+-- of vq.job that holds unfinished jobs).
+CREATE TABLE bench.plain_job (LIKE vq.job_active INCLUDING DEFAULTS INCLUDING INDEXES);
 
 -- Autovacuum off on both sides, so that a worker waking in one run only adds no noise.
-ALTER TABLE vq.job SET (autovacuum_enabled = false);
-ALTER TABLE vq.job_transition SET (autovacuum_enabled = false);
+ALTER TABLE vq.job_active SET (autovacuum_enabled = false);
+ALTER TABLE vq.job_finished SET (autovacuum_enabled = false);
+ALTER TABLE vq.job_transition_data SET (autovacuum_enabled = false);
 ALTER TABLE bench.plain_job SET (autovacuum_enabled = false);
 
 -- wait_drained(table, t0, timeout): from t0, poll every 20 ms until no row of the table is
@@ -227,20 +229,20 @@ BEGIN
 END\$\$;
 SQL
 
-# The ceiling's table must carry the same indexes as vq.job (definitions modulo names),
+# The ceiling's table must carry the same indexes as vq.job_active (definitions modulo names),
 # and those must include the primary key and the claim, active job_id and running indexes.
 idx_sig() {
     q "SELECT string_agg(regexp_replace(pg_get_indexdef(indexrelid), '^.* USING ', ''), ' | '
                          ORDER BY regexp_replace(pg_get_indexdef(indexrelid), '^.* USING ', ''))
        FROM pg_index WHERE indrelid = '$1'::regclass"
 }
-[[ "$(idx_sig vq.job)" == "$(idx_sig bench.plain_job)" ]] ||
-    die "index sets differ: vq.job [$(idx_sig vq.job)] vs bench.plain_job [$(idx_sig bench.plain_job)]"
-for i in job_pkey job_claim_idx job_active_job_id_key job_running_idx; do
-    [[ "$(q "SELECT to_regclass('vq.$i') IS NOT NULL")" == t ]] || die "vq.job has no index $i"
+[[ "$(idx_sig vq.job_active)" == "$(idx_sig bench.plain_job)" ]] ||
+    die "index sets differ: vq.job_active [$(idx_sig vq.job_active)] vs bench.plain_job [$(idx_sig bench.plain_job)]"
+for i in job_active_pkey job_claim_idx job_active_job_id_key job_running_idx; do
+    [[ "$(q "SELECT to_regclass('vq.$i') IS NOT NULL")" == t ]] || die "vq.job_active has no index $i"
 done
 VQ_INDEXES="$(q "SELECT string_agg(c.relname, ', ' ORDER BY c.relname) FROM pg_index i
-                 JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = 'vq.job'::regclass")"
+                 JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = 'vq.job_active'::regclass")"
 
 ADDRESS_LIT="$(q "SELECT quote_literal(address) FROM vq.handler WHERE name = 'noop'")"
 [[ -n "$ADDRESS_LIT" ]] || die "handler 'noop' is not registered"
@@ -252,7 +254,7 @@ server_version="$(q "SHOW server_version")"
 server_version="${server_version%% *}"
 log "workers bench: PostgreSQL $server_version, fsync=$(q "SHOW fsync"), synchronous_commit=$(q "SHOW synchronous_commit")," \
     "shared_buffers=$(q "SHOW shared_buffers"), $(nproc) CPUs, load average $(loadavg) before the runs"
-log "vq.job indexes: $VQ_INDEXES (bench.plain_job: the same)"
+log "vq.job_active indexes: $VQ_INDEXES (bench.plain_job: the same)"
 
 # Summary rows: "label|figure|goal|verdict" lines, printed at the end.
 : >"$WORK/summary"
@@ -281,7 +283,7 @@ WHERE t.execution_id = c.execution_id;
 SQL
 done
 
-truncate_all() { q "TRUNCATE vq.job, vq.job_transition, vq.job_log, bench.plain_job" >/dev/null; }
+truncate_all() { q "TRUNCATE vq.job, vq.job_transition_data, vq.job_log, bench.plain_job" >/dev/null; }
 
 cur_executors=""
 cur_batch=""

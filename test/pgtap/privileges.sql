@@ -21,7 +21,7 @@ CREATE FUNCTION public.tap_noop(jsonb) RETURNS void LANGUAGE sql AS '';
 SELECT vq_register_handler('tap_h', 'public.tap_noop(jsonb)') AS registered \gset
 CREATE TEMP TABLE tap_tables (t text, col text);
 INSERT INTO tap_tables VALUES ('job', 'state'), ('queue', 'paused'), ('handler', 'priority'),
-    ('contract_override', 'priority'), ('job_transition', 'error'), ('job_log', 'message'), ('outbox', 'status');
+    ('contract_override', 'priority'), ('job_transition_data', 'error'), ('job_log', 'message'), ('outbox', 'status');
 GRANT SELECT ON tap_tables TO PUBLIC;
 
 ------------------------------------------------------------------------------
@@ -180,9 +180,9 @@ SELECT is_empty($$
 -- Row-level security (1 + 5 = 6)
 ------------------------------------------------------------------------------
 SELECT is_empty($$SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-                   WHERE n.nspname = 'vq' AND c.relname IN ('job', 'job_transition', 'job_log', 'outbox')
+                   WHERE n.nspname = 'vq' AND c.relname IN ('job', 'job_transition_data', 'job_log', 'outbox')
                      AND NOT c.relrowsecurity$$,
-                'row-level security is enabled on job, job_transition, job_log and outbox');
+                'row-level security is enabled on job, job_transition_data, job_log and outbox');
 -- Jobs of tap_a, tap_b and tap_c (a member of tap_a); tap_admin enqueues nothing.
 GRANT tap_a TO tap_c;
 SET ROLE tap_a;

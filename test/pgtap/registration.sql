@@ -6,7 +6,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS vq_job;
 
 BEGIN;
-SELECT plan(94);
+SELECT plan(97);
 
 -------------------------------------------------------------------------------
 -- Schema objects.
@@ -16,7 +16,7 @@ SELECT has_table('vq', 'queue', 'table vq.queue exists');
 SELECT has_table('vq', 'handler', 'table vq.handler exists');
 SELECT has_table('vq', 'contract_override', 'table vq.contract_override exists');
 SELECT has_table('vq', 'job', 'table vq.job exists');
-SELECT has_table('vq', 'job_transition', 'table vq.job_transition exists');
+SELECT has_view('vq', 'job_transition', 'view vq.job_transition exists');
 SELECT has_table('vq', 'job_log', 'table vq.job_log exists');
 SELECT has_table('vq', 'outbox', 'table vq.outbox exists');
 SELECT has_view('vq', 'handler_settings', 'view vq.handler_settings exists');
@@ -49,7 +49,8 @@ SELECT has_column('vq', 'contract_override', 'max_attempts', 'vq.contract_overri
 SELECT fk_ok('vq', 'contract_override', 'queue', 'vq', 'queue', 'name');
 
 -- vq.job
-SELECT col_is_pk('vq', 'job', 'execution_id', 'vq.job is keyed by execution_id');
+SELECT col_is_pk('vq', 'job_active', 'execution_id', 'vq.job_active is keyed by execution_id');
+SELECT col_is_pk('vq', 'job_finished', 'execution_id', 'vq.job_finished is keyed by execution_id');
 SELECT col_type_is('vq', 'job', 'execution_id', 'uuid', 'vq.job.execution_id is a uuid');
 SELECT col_type_is('vq', 'job', 'job_id', 'text', 'vq.job.job_id is text');
 SELECT col_type_is('vq', 'job', 'state', 'vq.job_state', 'vq.job.state is a vq.job_state');
@@ -61,13 +62,21 @@ SELECT col_not_null('vq', 'job', 'attempt_number', 'vq.job.attempt_number is NOT
 SELECT col_not_null('vq', 'job', 'max_attempts', 'vq.job.max_attempts is NOT NULL');
 SELECT has_column('vq', 'job', 'enqueued_by', 'vq.job records the enqueuing role');
 SELECT has_column('vq', 'job', 'last_error', 'vq.job has last_error');
-SELECT has_index('vq', 'job', 'job_claim_idx', 'index vq.job_claim_idx exists');
-SELECT has_index('vq', 'job', 'job_active_job_id_key', 'index vq.job_active_job_id_key exists');
-SELECT index_is_unique('vq', 'job', 'job_active_job_id_key', 'job_active_job_id_key is unique');
-SELECT ok((SELECT i.indpred IS NOT NULL FROM pg_index i WHERE i.indexrelid = 'vq.job_active_job_id_key'::regclass),
-          'job_active_job_id_key is partial (unfinished jobs only)');
+SELECT is((SELECT c.relkind::text FROM pg_class c WHERE c.oid = 'vq.job'::regclass), 'p',
+          'vq.job is partitioned');
+SELECT is((SELECT string_agg(c.relname || ': ' || pg_get_expr(c.relpartbound, c.oid), '; ' ORDER BY c.relname)
+             FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'vq.job'::regclass),
+          'job_active: FOR VALUES IN (''ENQUEUED'', ''RUNNING''); '
+          'job_finished: FOR VALUES IN (''COMPLETED'', ''DEAD_LETTER'', ''CANCELLED'')',
+          'vq.job_active holds unfinished jobs, vq.job_finished the ended ones');
+SELECT has_index('vq', 'job_active', 'job_claim_idx', 'index vq.job_claim_idx exists');
+SELECT has_index('vq', 'job_active', 'job_active_job_id_key', 'index vq.job_active_job_id_key exists');
+SELECT index_is_unique('vq', 'job_active', 'job_active_job_id_key', 'job_active_job_id_key is unique');
 SELECT ok((SELECT i.indpred IS NOT NULL FROM pg_index i WHERE i.indexrelid = 'vq.job_claim_idx'::regclass),
           'job_claim_idx is partial (ENQUEUED jobs only)');
+SELECT is((SELECT count(*)::int FROM pg_index i
+            WHERE i.indrelid = 'vq.job_finished'::regclass),
+          2, 'vq.job_finished has its key and the retention index only');
 
 -- History, logs, outbox.
 SELECT has_column('vq', 'job_transition', 'execution_id', 'vq.job_transition has execution_id');

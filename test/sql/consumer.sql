@@ -99,7 +99,7 @@ DROP ROLE regress_cons_stranger;
 DROP ROLE regress_cons_worker;
 
 -- Clean up: the other files share this database and list handlers, queues and dead letters.
-DELETE FROM vq.job_transition t USING vq.job j
+DELETE FROM vq.job_transition_data t USING vq.job j
  WHERE t.execution_id = j.execution_id AND j.handler IN ('cons_h', 'cons_fn');
 DELETE FROM vq.job WHERE handler IN ('cons_h', 'cons_fn');
 SELECT vq_unregister_handler('cons_h'), vq_unregister_handler('cons_fn');

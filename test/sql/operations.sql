@@ -92,7 +92,7 @@ SELECT queue, due, scheduled, running, completed, dead_letter, cancelled
 SELECT line FROM vq_metrics() AS line WHERE line LIKE 'vq_jobs{queue="default"%' ORDER BY line;
 
 -- Clean up.
-DELETE FROM vq.job_transition WHERE execution_id IN (SELECT execution_id FROM vq.job WHERE handler = 'ops_h');
+DELETE FROM vq.job_transition_data WHERE execution_id IN (SELECT execution_id FROM vq.job WHERE handler = 'ops_h');
 DELETE FROM vq.job WHERE handler = 'ops_h';
 SELECT vq_unregister_handler('ops_h');
 DROP FUNCTION public.ops_h(jsonb);
