@@ -178,8 +178,13 @@ CREATE TABLE vq.outbox (
     updated_at        timestamptz NOT NULL DEFAULT pg_catalog.now(),
     published_at      timestamptz
 );
--- The relay's claim path (pending rows in publication order) and retention of published rows.
-CREATE INDEX outbox_pending_idx ON vq.outbox (id) WHERE status = 'PENDING';
+-- The relay's claim paths: rows due at publication in publication order (scanned from the
+-- relay's position), and the timed ones (a scheduled_at, or a retry time) in due order; and
+-- the retention of published rows.
+CREATE INDEX outbox_pending_idx ON vq.outbox (id)
+    WHERE status = 'PENDING' AND scheduled_at IS NULL AND next_attempt_at IS NULL;
+CREATE INDEX outbox_timed_idx ON vq.outbox (coalesce(next_attempt_at, scheduled_at), id)
+    WHERE status = 'PENDING' AND (scheduled_at IS NOT NULL OR next_attempt_at IS NOT NULL);
 CREATE INDEX outbox_published_idx ON vq.outbox (published_at) WHERE status = 'PUBLISHED';
 
 -- Roles allowed to consume (pull, read and reply to) the jobs of a NOTIFY handler, besides

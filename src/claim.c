@@ -353,7 +353,7 @@ LearnLevels(VqQueue *queue)
  * (claimpos.c); a queue whose levels are not known is claimed from the start.
  */
 static List *
-ClaimJobs(VqQueue *queue, int n, TimestampTz now, MemoryContext mcxt)
+ClaimJobsByIndex(VqQueue *queue, int n, TimestampTz now, MemoryContext mcxt)
 {
 	VqClaimScan *scans = palloc(sizeof(VqClaimScan) * VQ_MAX_CLAIM_LEVELS);
 	int			nscans;
@@ -370,6 +370,17 @@ ClaimJobs(VqQueue *queue, int n, TimestampTz now, MemoryContext mcxt)
 	for (int i = 0; i < nscans && list_length(jobs) < n; i++)
 		jobs = ClaimFromLevel(queue, &scans[i], n - list_length(jobs), now, mcxt, jobs);
 	VqClaimPositionsEnd(VqMyDatabaseSlot, VqMyExecutorIndex, queue->name, scans, nscans);
+	return jobs;
+}
+
+/* ClaimJobsByIndex, planned as ordered index scans whatever the statistics say (spi_util.h). */
+static List *
+ClaimJobs(VqQueue *queue, int n, TimestampTz now, MemoryContext mcxt)
+{
+	int			level = VqIndexScansBegin();
+	List	   *jobs = ClaimJobsByIndex(queue, n, now, mcxt);
+
+	VqIndexScansEnd(level);
 	return jobs;
 }
 
@@ -498,8 +509,8 @@ EarliestFutureDueInLevel(VqQueue *queue, int32 priority, TimestampTz now)
  * no finished job); the plain query over the whole claim index when some
  * queue's levels are not known.
  */
-TimestampTz
-VqEarliestFutureDue(VqRegistry *registry, TimestampTz now)
+static TimestampTz
+EarliestFutureDue(VqRegistry *registry, TimestampTz now)
 {
 	VqClaimScan *scans = palloc(sizeof(VqClaimScan) * VQ_MAX_CLAIM_LEVELS);
 	TimestampTz next = VQ_NO_NEXT_DUE;
@@ -522,3 +533,13 @@ VqEarliestFutureDue(VqRegistry *registry, TimestampTz now)
 	return next;
 }
 
+/* EarliestFutureDue, planned as ordered index scans (spi_util.h). */
+TimestampTz
+VqEarliestFutureDue(VqRegistry *registry, TimestampTz now)
+{
+	int			level = VqIndexScansBegin();
+	TimestampTz next = EarliestFutureDue(registry, now);
+
+	VqIndexScansEnd(level);
+	return next;
+}

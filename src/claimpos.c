@@ -28,6 +28,8 @@
  * A future job needs nothing: within its level, no claim can pass its key
  * before it is due. A queue whose levels are not all known, or a database
  * with more levels than fit (VQ_MAX_CLAIM_LEVELS), is claimed the plain way.
+ * The outbox relay keeps one position the same way, by id, for the rows due
+ * at publication (see relay.c).
  */
 #include "postgres.h"
 
@@ -225,4 +227,49 @@ void
 VqClaimPositionsForget(VqDatabaseSlot *slot)
 {
 	memset(&slot->positions, 0, sizeof(VqClaimPositions));
+}
+
+/* Begin a relay (see claimpos.h). */
+int64
+VqRelayPositionBegin(VqDatabaseSlot *slot, int executor)
+{
+	VqRelayPosition *r = &slot->positions.relay;
+	int64		from;
+
+	LWLockAcquire(slot->lock, LW_EXCLUSIVE);
+	r->claimers |= (uint32) 1 << executor;
+	r->floor[executor] = PG_INT64_MAX;
+	from = r->pos;
+	LWLockRelease(slot->lock);
+	return from;
+}
+
+/* End a relay (see claimpos.h). */
+void
+VqRelayPositionEnd(VqDatabaseSlot *slot, int executor, bool took, int64 last)
+{
+	VqRelayPosition *r = &slot->positions.relay;
+
+	LWLockAcquire(slot->lock, LW_EXCLUSIVE);
+	if (r->claimers & ((uint32) 1 << executor))
+	{
+		int64		to = Min(last + 1, r->floor[executor]);
+
+		r->claimers &= ~((uint32) 1 << executor);
+		if (took && to > r->pos)
+			r->pos = to;
+	}
+	LWLockRelease(slot->lock);
+}
+
+/* Committed: outbox rows due at once were published, the lowest with this id. */
+void
+VqRelayPositionLower(VqDatabaseSlot *slot, int64 id)
+{
+	VqRelayPosition *r = &slot->positions.relay;
+
+	r->pos = Min(r->pos, id);
+	for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
+		if (r->claimers & ((uint32) 1 << i))
+			r->floor[i] = Min(r->floor[i], id);
 }

@@ -46,6 +46,18 @@ extern void VqClaimPositionsLearn(VqDatabaseSlot *slot, const char *queue, const
 /* Committed: jobs of (queue, priority) became ENQUEUED at scheduled_at or later (caller holds the slot's lock). */
 extern void VqClaimPositionLower(VqDatabaseSlot *slot, const char *queue, int32 priority, TimestampTz scheduled_at);
 
+/* Begin a relay: the id to scan the rows due at publication from; note that this executor relays. */
+extern int64 VqRelayPositionBegin(VqDatabaseSlot *slot, int executor);
+
+/*
+ * End it: with took, move the position past last (the highest id taken), or
+ * to the lowest id a commit lowered it to meanwhile, if lower.
+ */
+extern void VqRelayPositionEnd(VqDatabaseSlot *slot, int executor, bool took, int64 last);
+
+/* Committed: outbox rows due at once, the lowest with this id (caller holds the slot's lock). */
+extern void VqRelayPositionLower(VqDatabaseSlot *slot, int64 id);
+
 /* Forget every position of a database (caller holds the slot's lock). */
 extern void VqClaimPositionsForget(VqDatabaseSlot *slot);
 

@@ -84,7 +84,8 @@ InsertRow(VqRegistry *registry, const char *type, const char *destination, Funct
 	VqRestoreUser(&saved);
 
 	/* the relay runs in the executors: wake them at commit (or at the row's time) */
-	VqWakeRelayAtCommit(PG_ARGISNULL(scheduled_arg) ? GetCurrentTimestamp() : PG_GETARG_TIMESTAMPTZ(scheduled_arg));
+	VqWakeRelayAtCommit(id, !PG_ARGISNULL(scheduled_arg),
+						PG_ARGISNULL(scheduled_arg) ? 0 : PG_GETARG_TIMESTAMPTZ(scheduled_arg));
 	return id;
 }
 

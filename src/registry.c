@@ -362,6 +362,7 @@ LoadOwner(VqRegistry *reg, Oid *relids)
 static VqRegistry *
 BuildRegistry(void)
 {
+	static uint64 builds = 0;
 	VqRegistry *reg;
 	Oid			relids[NWATCHED];
 
@@ -370,6 +371,7 @@ BuildRegistry(void)
 											 ALLOCSET_SMALL_SIZES);
 	reg = MemoryContextAllocZero(registry_context, sizeof(VqRegistry));
 	reg->mcxt = registry_context;
+	reg->generation = ++builds;
 
 	LoadOwner(reg, relids);
 	reg->queue_hash = NameHash("vq_job queues", sizeof(VqQueue));

@@ -60,6 +60,7 @@ typedef struct VqRegistry
 	struct HTAB *destination_hash;
 	int			ndestinations;
 	bool		has_notify_handlers;
+	uint64		generation;		/* counts the builds in this backend: tells copies apart */
 } VqRegistry;
 
 /* Register the invalidation callback (from _PG_init). */

@@ -1,9 +1,10 @@
 /*
  * relay.c: the outbox relay, run by the executors between claims.
  *
- * It claims (FOR UPDATE SKIP LOCKED, in publication order) only rows it can
- * serve: DELAYED_JOB rows whose target is one of vq_supported_target_ids(),
- * NOTIFY rows, and rows of registered destination types. Per row, these rules:
+ * It claims (FOR UPDATE SKIP LOCKED; rows due at publication in publication
+ * order, from the relay position) only rows it can serve: DELAYED_JOB rows
+ * whose target is one of vq_supported_target_ids(), NOTIFY rows, and rows of
+ * registered destination types. Per row, these rules:
  *  - target not registered (any more)      -> UNRESOLVABLE: retried with backoff;
  *  - delivery snapshot missing / malformed -> PERMANENT: FAILED, kept to inspect;
  *  - the job is built from the snapshot (never re-resolved) with run_at =
@@ -39,8 +40,10 @@
 #include "utils/guc.h"
 #include "utils/regproc.h"
 
+#include "claimpos.h"
 #include "compat.h"
 #include "enqueue.h"
+#include "executor.h"
 #include "dispatch.h"
 #include "relay.h"
 #include "roles.h"
@@ -72,6 +75,7 @@ typedef struct OutboxRow
 	Jsonb	   *metadata;
 	bool		has_scheduled_at;
 	TimestampTz scheduled_at;
+	bool		retried;		/* has a retry time (not due at publication) */
 	int32		attempts;
 	Oid			published_by;
 	/* the DELAYED_JOB snapshot, as text (NULL when absent) */
@@ -143,6 +147,7 @@ CopyRow(HeapTuple tup, TupleDesc desc)
 	row->snap_max_attempts = SPI_getvalue(tup, desc, 12);
 	d = SPI_getbinval(tup, desc, 13, &isnull);
 	row->context = isnull ? NULL : DatumGetJsonbPCopy(d);
+	row->retried = DatumGetBool(SPI_getbinval(tup, desc, 14, &isnull));
 	return row;
 }
 
@@ -537,6 +542,96 @@ DeliverDelayedJobsTogether(VqRegistry *registry, List *rows, Datum *published, i
 	return rest;
 }
 
+#define RELAY_COLUMNS \
+	"SELECT id, destination_type, destination, payload, headers, metadata, scheduled_at," \
+	" attempts, published_by," \
+	" metadata #>> '{delivery,delayedJob,queue}'," \
+	" metadata #>> '{delivery,delayedJob,priority}'," \
+	" metadata #>> '{delivery,delayedJob,maxAttempts}'," \
+	" metadata -> 'context', next_attempt_at IS NOT NULL" \
+	" FROM vq.outbox" \
+	" WHERE status OPERATOR(pg_catalog.=) 'PENDING'" \
+	" AND ((destination_type OPERATOR(pg_catalog.=) 'DELAYED_JOB'" \
+	"       AND destination OPERATOR(pg_catalog.=) ANY ($2))" \
+	"      OR destination_type OPERATOR(pg_catalog.=) 'NOTIFY'" \
+	"      OR destination_type OPERATOR(pg_catalog.=) ANY ($3))"
+
+/* A full scan of the rows due at publication at least this often, and whenever the registry changed. */
+#define RELAY_SWEEP_MS 60000
+
+/* Append the rows the last claim statement returned to rows; *last: the highest id among them. */
+static List *
+CopyRows(List *rows, int64 *last)
+{
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		OutboxRow  *row = CopyRow(SPI_tuptable->vals[i], SPI_tuptable->tupdesc);
+
+		*last = Max(*last, row->id);
+		rows = lappend(rows, row);
+	}
+	return rows;
+}
+
+/*
+ * Claim up to limit due rows this database can serve: first the timed ones
+ * (a scheduled_at, or a retry time) in due order, then the rows due at
+ * publication in id order, from the relay position (claimpos.c). Rows that
+ * were due at publication are most of them, and every one relayed leaves an
+ * entry in outbox_pending_idx that a long-held snapshot keeps vacuum from
+ * removing: scanning them from the position walks none of those again.
+ */
+static List *
+ClaimRows(VqRegistry *registry, int limit, TimestampTz now)
+{
+	static SPIPlanPtr timed_plan = NULL;
+	static uint64 swept_generation = 0;
+	static TimestampTz swept_at = 0;
+	Datum		values[5];
+	List	   *rows = NIL;
+	int64		last = 0;
+	bool		sweep;
+
+	values[0] = TimestampTzGetDatum(now);
+	values[1] = NameArray(registry, true);
+	values[2] = NameArray(registry, false);
+	values[3] = Int32GetDatum(limit);
+	if (SPI_execute_plan(VqKeepPlan(&timed_plan,
+							  RELAY_COLUMNS
+							  " AND (scheduled_at IS NOT NULL OR next_attempt_at IS NOT NULL)"
+							  " AND coalesce(next_attempt_at, scheduled_at) OPERATOR(pg_catalog.<=) $1"
+							  " ORDER BY coalesce(next_attempt_at, scheduled_at), id LIMIT $4 FOR UPDATE SKIP LOCKED",
+							  4, (Oid[]) {TIMESTAMPTZOID, TEXTARRAYOID, TEXTARRAYOID, INT4OID}),
+						 values, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "vq_job: claiming outbox rows failed");
+	rows = CopyRows(rows, &last);
+	if (list_length(rows) >= limit)
+		return rows;
+
+	/* rows of a target registered since, or released by a relay that failed: found by a sweep */
+	sweep = registry->generation != swept_generation || TimestampDifferenceExceeds(swept_at, now, RELAY_SWEEP_MS);
+	values[3] = Int32GetDatum(limit - list_length(rows));
+	values[4] = Int64GetDatum(VqRelayPositionBegin(VqMyDatabaseSlot, VqMyExecutorIndex));
+	if (sweep)
+	{
+		values[4] = Int64GetDatum(0);
+		swept_generation = registry->generation;
+		swept_at = now;
+	}
+	last = 0;
+	if (SPI_execute_plan(VqKeepPlan(&claim_plan,
+							  RELAY_COLUMNS
+							  " AND scheduled_at IS NULL AND next_attempt_at IS NULL"
+							  " AND id OPERATOR(pg_catalog.>=) $5"
+							  " ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED",
+							  5, (Oid[]) {TIMESTAMPTZOID, TEXTARRAYOID, TEXTARRAYOID, INT4OID, INT8OID}),
+						 values, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "vq_job: claiming outbox rows failed");
+	rows = CopyRows(rows, &last);
+	VqRelayPositionEnd(VqMyDatabaseSlot, VqMyExecutorIndex, last > 0, last);
+	return rows;
+}
+
 /*
  * Relay one batch of due outbox rows this database can serve, in the caller's
  * transaction (connected to SPI). Returns the number of rows handled.
@@ -544,37 +639,14 @@ DeliverDelayedJobsTogether(VqRegistry *registry, List *rows, Datum *published, i
 int
 VqRelayBatch(VqRegistry *registry, int limit, TimestampTz now)
 {
-	Datum		values[4];
-	List	   *rows = NIL;
+	int			level = VqIndexScansBegin();
+	List	   *rows = ClaimRows(registry, limit, now);
 	Datum	   *published;
 	int			npublished = 0;
 	int			nclaimed;
 	ListCell   *lc;
 
-	values[0] = TimestampTzGetDatum(now);
-	values[1] = NameArray(registry, true);
-	values[2] = NameArray(registry, false);
-	values[3] = Int32GetDatum(limit);
-	if (SPI_execute_plan(VqKeepPlan(&claim_plan,
-							  "SELECT id, destination_type, destination, payload, headers, metadata, scheduled_at,"
-							  " attempts, published_by,"
-							  " metadata #>> '{delivery,delayedJob,queue}',"
-							  " metadata #>> '{delivery,delayedJob,priority}',"
-							  " metadata #>> '{delivery,delayedJob,maxAttempts}',"
-							  " metadata -> 'context'"
-							  " FROM vq.outbox"
-							  " WHERE status OPERATOR(pg_catalog.=) 'PENDING'"
-							  " AND coalesce(next_attempt_at, scheduled_at, '-infinity') OPERATOR(pg_catalog.<=) $1"
-							  " AND ((destination_type OPERATOR(pg_catalog.=) 'DELAYED_JOB'"
-							  "       AND destination OPERATOR(pg_catalog.=) ANY ($2))"
-							  "      OR destination_type OPERATOR(pg_catalog.=) 'NOTIFY'"
-							  "      OR destination_type OPERATOR(pg_catalog.=) ANY ($3))"
-							  " ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED",
-							  4, (Oid[]) {TIMESTAMPTZOID, TEXTARRAYOID, TEXTARRAYOID, INT4OID}),
-						 values, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "vq_job: claiming outbox rows failed");
-	for (uint64 i = 0; i < SPI_processed; i++)
-		rows = lappend(rows, CopyRow(SPI_tuptable->vals[i], SPI_tuptable->tupdesc));
+	VqIndexScansEnd(level);
 	if (rows == NIL)
 		return 0;
 
@@ -596,7 +668,15 @@ VqRelayBatch(VqRegistry *registry, int limit, TimestampTz now)
 		RelayResult result;
 
 		if (ShutdownRequestPending || foreach_current_index(lc) >= 60)
-			break;				/* rows not reached stay PENDING: their locks go with the commit */
+		{
+			/* rows not reached stay PENDING (their locks go with the commit): the position goes back */
+			for_each_cell(lc, rows, lc)
+			{
+				row = lfirst(lc);
+				VqWakeRelayAtCommit(row->id, row->has_scheduled_at || row->retried, row->scheduled_at);
+			}
+			break;
+		}
 		result = DeliverRow(registry, row, &message);
 
 		if (result == RELAY_SUCCESS)

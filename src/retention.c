@@ -23,23 +23,49 @@
 
 #define RETENTION_BATCH 1000
 #define RETENTION_BUDGET_MS 500
+#define RETENTION_SWEEP_MS 60000
 
 static SPIPlanPtr delete_plan = NULL;
 
 /*
- * Delete one batch of expired jobs (with their history and logs); returns how
- * many. Each cutoff bounds an index range scan of job_finished_idx, so a
- * round reads only what it deletes, however many finished jobs are kept.
+ * Where the previous batches got to, per class: every expired row of the
+ * class with an earlier finished_at has been deleted. Each batch scans
+ * job_finished_idx from there, so it does not walk again the index entries
+ * of the rows already deleted, which a long-held snapshot keeps vacuum from
+ * removing. A row that committed with an earlier finished_at after a batch
+ * passed it (a completion whose transaction outlived the retention) waits
+ * for the next sweep: the positions go back to the start every
+ * RETENTION_SWEEP_MS.
+ */
+typedef struct RetentionPositions
+{
+	TimestampTz finished_from;	/* COMPLETED and CANCELLED */
+	TimestampTz dead_from;		/* DEAD_LETTER */
+	TimestampTz sweep_started;
+} RetentionPositions;
+
+static RetentionPositions positions = {DT_NOBEGIN, DT_NOBEGIN, 0};
+
+/*
+ * Delete one batch of expired jobs (with their history and logs) and move
+ * the positions past them; returns how many. Each class is an index range
+ * scan of job_finished_idx from its position to its cutoff, so a round reads
+ * only what it deletes, however many finished jobs are kept.
  */
 static uint64
 DeleteBatch(TimestampTz finished_before, TimestampTz dead_before)
 {
-	Datum		values[3];
-	char		nulls[3] = {' ', ' ', ' '};
+	Datum		values[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+	bool		isnull;
+	Datum		d;
+	uint64		deleted;
 
 	values[0] = TimestampTzGetDatum(finished_before);
 	values[1] = TimestampTzGetDatum(dead_before);
 	values[2] = Int32GetDatum(RETENTION_BATCH);
+	values[3] = TimestampTzGetDatum(positions.finished_from);
+	values[4] = TimestampTzGetDatum(positions.dead_from);
 	if (vq_retention_finished_s < 0)
 		nulls[0] = 'n';
 	if (vq_retention_dead_letter_s < 0)
@@ -47,25 +73,37 @@ DeleteBatch(TimestampTz finished_before, TimestampTz dead_before)
 	(void) VqKeepCustomPlan(&delete_plan,
 							"WITH done AS ("
 							"  SELECT execution_id FROM vq.job_finished"
-							"  WHERE finished_at OPERATOR(pg_catalog.<) $1"
+							"  WHERE finished_at OPERATOR(pg_catalog.<) $1 AND finished_at OPERATOR(pg_catalog.>=) $4"
 							"  AND state OPERATOR(pg_catalog.=) ANY ('{COMPLETED,CANCELLED}'::vq.job_state[])"
-							"  LIMIT $3 FOR UPDATE SKIP LOCKED),"
+							"  ORDER BY finished_at LIMIT $3 FOR UPDATE SKIP LOCKED),"
 							" dead AS ("
 							"  SELECT execution_id FROM vq.job_finished"
-							"  WHERE finished_at OPERATOR(pg_catalog.<) $2"
+							"  WHERE finished_at OPERATOR(pg_catalog.<) $2 AND finished_at OPERATOR(pg_catalog.>=) $5"
 							"  AND state OPERATOR(pg_catalog.=) 'DEAD_LETTER'::vq.job_state"
-							"  LIMIT $3 FOR UPDATE SKIP LOCKED),"
+							"  ORDER BY finished_at LIMIT $3 FOR UPDATE SKIP LOCKED),"
 							" expired AS (SELECT execution_id FROM done UNION ALL SELECT execution_id FROM dead),"
 							" logs AS (DELETE FROM vq.job_log l USING expired e"
 							"  WHERE l.execution_id OPERATOR(pg_catalog.=) e.execution_id),"
 							" history AS (DELETE FROM vq.job_transition_data t USING expired e"
-							"  WHERE t.execution_id OPERATOR(pg_catalog.=) e.execution_id)"
-							" DELETE FROM vq.job_finished j USING expired e"
-							" WHERE j.execution_id OPERATOR(pg_catalog.=) e.execution_id",
-							3, (Oid[]) {TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID});
-	if (SPI_execute_plan(delete_plan, values, nulls, false, 0) != SPI_OK_DELETE)
+							"  WHERE t.execution_id OPERATOR(pg_catalog.=) e.execution_id),"
+							" gone AS (DELETE FROM vq.job_finished j USING expired e"
+							"  WHERE j.execution_id OPERATOR(pg_catalog.=) e.execution_id"
+							"  RETURNING j.state, j.finished_at)"
+							" SELECT pg_catalog.count(*),"
+							"  pg_catalog.max(finished_at) FILTER (WHERE state OPERATOR(pg_catalog.<>) 'DEAD_LETTER'),"
+							"  pg_catalog.max(finished_at) FILTER (WHERE state OPERATOR(pg_catalog.=) 'DEAD_LETTER')"
+							" FROM gone",
+							5, (Oid[]) {TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID});
+	if (SPI_execute_plan(delete_plan, values, nulls, false, 0) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "vq_job: deleting expired jobs failed");
-	return SPI_processed;
+	deleted = (uint64) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
+	if (!isnull)
+		positions.finished_from = DatumGetTimestampTz(d);
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull);
+	if (!isnull)
+		positions.dead_from = DatumGetTimestampTz(d);
+	return deleted;
 }
 
 /* Delete one batch of published outbox rows older than the retention (failed rows stay); returns how many. */
@@ -96,6 +134,11 @@ VqRunRetention(void)
 
 	if (vq_retention_finished_s < 0 && vq_retention_dead_letter_s < 0)
 		return;
+	if (TimestampDifferenceExceeds(positions.sweep_started, start, RETENTION_SWEEP_MS))
+	{
+		positions.finished_from = positions.dead_from = DT_NOBEGIN;
+		positions.sweep_started = start;
+	}
 	for (;;)
 	{
 		TimestampTz now = GetCurrentTimestamp();

@@ -85,11 +85,25 @@ typedef struct VqClaimLevel
 	VqClaimKey	floor[VQ_MAX_EXECUTORS];	/* lowest key committed during executor i's claim */
 } VqClaimLevel;
 
+/*
+ * The outbox relay's position, the same idea for the rows due when they were
+ * published (no scheduled_at, no retry time), which the relay takes in id
+ * order: every such PENDING row the relay can serve, that no relay holds and
+ * whose commit is visible has an id >= pos, or a commit will lower pos to it.
+ */
+typedef struct VqRelayPosition
+{
+	int64		pos;			/* relays scan from this id (0: from the start) */
+	uint32		claimers;		/* bit i: executor i is relaying now */
+	int64		floor[VQ_MAX_EXECUTORS];	/* lowest id committed during executor i's relay */
+} VqRelayPosition;
+
 typedef struct VqClaimPositions
 {
 	bool		overflow;		/* a level did not fit: every claim falls back to the plain scan */
 	char		known[VQ_MAX_CLAIM_QUEUES][VQ_NAME_MAX + 1];	/* queues whose levels are all here ('' = free) */
 	VqClaimLevel levels[VQ_MAX_CLAIM_LEVELS];
+	VqRelayPosition relay;
 } VqClaimPositions;
 
 /* Requests to the launcher about one database (under the slot's lock). */

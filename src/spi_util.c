@@ -8,6 +8,7 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
+#include "utils/guc.h"
 #include "utils/snapmgr.h"
 
 #include "spi_util.h"
@@ -51,6 +52,25 @@ VqBeginTransaction(void)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "vq_job: SPI_connect failed");
+}
+
+/* Plan ordered index scans until VqIndexScansEnd (see spi_util.h); returns the level to end. */
+int
+VqIndexScansBegin(void)
+{
+	int			level = NewGUCNestLevel();
+
+	(void) set_config_option("enable_seqscan", "off", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("enable_bitmapscan", "off", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("enable_sort", "off", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	return level;
+}
+
+/* Back to the settings VqIndexScansBegin found. */
+void
+VqIndexScansEnd(int level)
+{
+	AtEOXact_GUC(true, level);
 }
 
 /* Worker side: finish the transaction VqBeginTransaction started. */

@@ -21,6 +21,17 @@ extern SPIPlanPtr VqKeepPlan(SPIPlanPtr *plan, const char *sql, int nargs, const
  */
 extern SPIPlanPtr VqKeepCustomPlan(SPIPlanPtr *plan, const char *sql, int nargs, const Oid *types);
 
+/*
+ * Until VqIndexScansEnd(level): statements are planned as ordered index scans
+ * (enable_seqscan, enable_bitmapscan and enable_sort off). For the executors'
+ * searches for work, which read a few entries from a remembered position:
+ * the planner prices an index scan by the size of the index, which the dead
+ * entries a long-held snapshot leaves behind inflate, and would pick a
+ * sequential scan and a sort of the whole table instead.
+ */
+extern int	VqIndexScansBegin(void);
+extern void VqIndexScansEnd(int level);
+
 /* Worker side: start a transaction with a snapshot and an SPI connection; and finish it. */
 extern void VqBeginTransaction(void);
 extern void VqCommitTransaction(void);

@@ -56,6 +56,7 @@ static bool due_at_commit = false;
 static uint32 queue_hint_at_commit = 0;	/* VqQueueHash of the last queue given due jobs */
 static TimestampTz next_due_at_commit = VQ_NO_NEXT_DUE;
 static bool relay_at_commit = false;
+static int64 relay_low_id_at_commit = PG_INT64_MAX;	/* lowest id of the rows due at publication */
 static bool extension_changed_at_commit = false;
 static bool resume_at_end = false;
 static Oid	resume_database = InvalidOid;
@@ -70,6 +71,7 @@ ForgetNotes(void)
 	queue_hint_at_commit = 0;
 	next_due_at_commit = VQ_NO_NEXT_DUE;
 	relay_at_commit = false;
+	relay_low_id_at_commit = PG_INT64_MAX;
 	extension_changed_at_commit = false;
 	resume_at_end = false;
 	resume_database = InvalidOid;
@@ -183,6 +185,8 @@ LowerPositions(VqDatabaseSlot *slot, void *arg)
 		for (int i = 0; i < n_noted_levels; i++)
 			VqClaimPositionLower(slot, noted_levels[i].queue, noted_levels[i].priority,
 								 noted_levels[i].scheduled_at);
+	if (relay_low_id_at_commit != PG_INT64_MAX)
+		VqRelayPositionLower(slot, relay_low_id_at_commit);
 }
 
 /* End of a top-level transaction (after its locks are released): act on what it noted. */
@@ -194,7 +198,7 @@ WakeupReleaseCallback(ResourceReleasePhase phase, bool isCommit, bool isTopLevel
 	if (isCommit)
 	{
 		/* first the positions: a woken executor must find the jobs */
-		if (n_noted_levels > 0 || forget_positions_at_commit)
+		if (n_noted_levels > 0 || forget_positions_at_commit || relay_low_id_at_commit != PG_INT64_MAX)
 			(void) VqWithDatabaseSlot(MyDatabaseId, LW_EXCLUSIVE, LowerPositions, NULL);
 		if (due_at_commit)
 			VqWakeExecutors(MyDatabaseId, true, 0, queue_hint_at_commit);
@@ -307,12 +311,18 @@ VqForgetClaimPositionsAtCommit(void)
 	forget_positions_at_commit = true;
 }
 
-/* At commit: outbox rows become due at scheduled_at (a future row is a due time like a job's). */
+/*
+ * At commit: outbox row id becomes due, at once (timed false: no
+ * scheduled_at; it lowers the relay's position) or at scheduled_at (a future
+ * row is a due time like a job's).
+ */
 void
-VqWakeRelayAtCommit(TimestampTz scheduled_at)
+VqWakeRelayAtCommit(int64 id, bool timed, TimestampTz scheduled_at)
 {
 	RegisterCallbacks();
-	if (scheduled_at <= GetCurrentTimestamp())
+	if (!timed)
+		relay_low_id_at_commit = Min(relay_low_id_at_commit, id);
+	if (!timed || scheduled_at <= GetCurrentTimestamp())
 		relay_at_commit = true;
 	else
 		(void) WakeAt(scheduled_at, 0);

@@ -23,8 +23,8 @@ extern void VqWakeAtCommit(TimestampTz due);
 /* At commit: jobs became ENQUEUED by means the claim positions cannot follow (forget them). */
 extern void VqForgetClaimPositionsAtCommit(void);
 
-/* At commit: outbox rows become due at scheduled_at. */
-extern void VqWakeRelayAtCommit(TimestampTz scheduled_at);
+/* At commit: outbox row id becomes due, at once (not timed: it lowers the relay position) or at scheduled_at. */
+extern void VqWakeRelayAtCommit(int64 id, bool timed, TimestampTz scheduled_at);
 
 /* At commit: vq_job was created or dropped in this database (executors and launcher look again). */
 extern void VqWakeOnExtensionChangeAtCommit(void);

@@ -7,8 +7,9 @@
 #   B. crash: N = 3,000 rows published in 6 transactions of 500, each payload carrying its row
 #      number n (1..N); the handler inserts a row keyed on the job's execution_id (a second
 #      effect of one job would fail). vq.batch_size is lowered to 10 so that the relay takes
-#      long enough to be caught mid-way; once some rows are PUBLISHED, a session holds a SHARE
-#      lock on vq.job so that a relay transaction waits with jobs enqueued but not committed,
+#      long enough to be caught mid-way; once some rows of the first 3 transactions are
+#      PUBLISHED, a session holds a SHARE lock on vq.job_active and the other 3 are published,
+#      so that a relay transaction waits with jobs enqueued but not committed,
 #      and that executor is killed with SIGKILL (the postmaster restarts every backend; the relay
 #      transaction in flight is lost). After the server accepts connections again, once no row
 #      is PENDING:
@@ -80,24 +81,29 @@ wait_for "SELECT count(*) = $TP_ROWS FROM rc_effect WHERE phase = 'tp'" 60 "the 
 log "B. crash: $N rows in $NTX transactions, SIGKILL of an executor mid-relay"
 set_config vq.batch_size 10
 per=$((N / NTX))
-{
-    for ((t = 0; t < NTX; t++)); do
+publish_tx() {  # publish_tx FIRST LAST: transactions FIRST..LAST (zero-based) of NTX
+    for ((t = $1; t <= $2; t++)); do
         printf 'BEGIN;\n'
         printf "SELECT vq_context_set('crash', jsonb_build_object('tx', %d));\n" "$((t + 1))"
         printf "SELECT count(vq_outbox_publish('rc_h', jsonb_build_object('phase', 'crash', 'n', i))) FROM generate_series(%d, %d) i;\n" \
             "$((t * per + 1))" "$(((t + 1) * per))"
         printf 'COMMIT;\n'
-    done
-} | qs >/dev/null
-assert_eq "$N|$N|1|$N" "$(q "SELECT count(*) || '|' || count(DISTINCT payload ->> 'n') || '|' || min((payload ->> 'n')::int) || '|' || max((payload ->> 'n')::int)
-                               FROM vq.outbox WHERE payload ->> 'phase' = 'crash'")" "published rows (count|distinct n|min|max)"
+    done | qs >/dev/null
+}
 published() { q "SELECT count(*) FROM vq.outbox WHERE payload ->> 'phase' = 'crash' AND status = 'PUBLISHED'"; }
+# The first half is relayed freely; then a SHARE lock on vq.job_active blocks the relay's next
+# job insert, and the second half is published: a relay transaction with jobs enqueued but not
+# committed is in flight when the executor dies.
+publish_tx 0 $((NTX / 2 - 1))
 wait_for "SELECT count(*) >= $((N / 10)) FROM vq.outbox WHERE payload ->> 'phase' = 'crash' AND status = 'PUBLISHED'" 30 \
     "some crash rows to be PUBLISHED"
-# Hold the relay mid-batch: a SHARE lock on vq.job blocks its next job insert, so a relay
-# transaction with jobs enqueued but not committed is in flight when the executor dies.
-psql -XAtq -c "BEGIN; LOCK TABLE vq.job IN SHARE MODE; SELECT pg_sleep(60); COMMIT;" >/dev/null 2>&1 &
+psql -XAtq -c "BEGIN; LOCK TABLE vq.job_active IN SHARE MODE; SELECT pg_sleep(60); COMMIT;" >/dev/null 2>&1 &
 locker=$!
+wait_for "SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a USING (pid) WHERE l.relation = 'vq.job_active'::regclass
+                          AND l.mode = 'ShareLock' AND l.granted AND a.query LIKE 'BEGIN; LOCK TABLE%')" 10 "the SHARE lock"
+publish_tx $((NTX / 2)) $((NTX - 1))
+assert_eq "$N|$N|1|$N" "$(q "SELECT count(*) || '|' || count(DISTINCT payload ->> 'n') || '|' || min((payload ->> 'n')::int) || '|' || max((payload ->> 'n')::int)
+                               FROM vq.outbox WHERE payload ->> 'phase' = 'crash'")" "published rows (count|distinct n|min|max)"
 wait_for "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE backend_type = 'vq_job executor'
                           AND datname = current_database() AND wait_event_type = 'Lock')" 20 \
     "an executor's relay to wait on the held lock" || true
