@@ -10,7 +10,7 @@ CREATE EXTENSION IF NOT EXISTS vq_job;
 RESET client_min_messages;
 
 BEGIN;
-SELECT plan(95);
+SELECT plan(96);
 
 -- Fixtures. Jobs are scheduled far ahead so that no worker runs them during the test.
 CREATE ROLE tap_a;
@@ -23,6 +23,55 @@ CREATE TEMP TABLE tap_tables (t text, col text);
 INSERT INTO tap_tables VALUES ('job', 'state'), ('queue', 'paused'), ('handler', 'priority'),
     ('contract_override', 'priority'), ('job_transition_data', 'error'), ('job_log', 'message'), ('outbox', 'status');
 GRANT SELECT ON tap_tables TO PUBLIC;
+
+------------------------------------------------------------------------------
+-- The allow-list (1): every object of the extension PUBLIC may use, exactly. A new
+-- function, table, view or sequence is closed to PUBLIC unless it is added here.
+------------------------------------------------------------------------------
+SELECT set_eq($$
+    SELECT 'function ' || p.oid::regprocedure::text
+      FROM pg_proc p
+      JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+      JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'vq_job'
+     WHERE has_function_privilege('public', p.oid, 'EXECUTE')
+    UNION ALL
+    SELECT 'relation ' || c.oid::regclass::text || ' ' || priv
+      FROM pg_class c
+      JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e'
+      JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'vq_job'
+     CROSS JOIN unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE', 'TRUNCATE', 'REFERENCES', 'TRIGGER']) AS priv
+     WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f') AND has_table_privilege('public', c.oid, priv)
+    UNION ALL
+    SELECT 'sequence ' || c.oid::regclass::text
+      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'vq'
+     WHERE c.relkind = 'S' AND (has_sequence_privilege('public', c.oid, 'USAGE')
+                                OR has_sequence_privilege('public', c.oid, 'SELECT'))
+  $$, $$ VALUES
+    -- enqueue, resolution, backoff table, durable context, outbox
+    ('function vq_enqueue(text,jsonb,timestamp with time zone,text,integer,integer,text,jsonb)'),
+    ('function vq_enqueue_in(text,jsonb,interval,text,integer,integer,text,jsonb)'),
+    ('function vq_enqueue_many(text,jsonb[],timestamp with time zone,text,integer,integer,text[],jsonb)'),
+    ('function vq_resolve_target(text)'), ('function vq_supported_target_ids()'),
+    ('function vq_backoff_delay(text,integer,integer,integer)'),
+    ('function vq_context()'), ('function vq_context_clear(text)'), ('function vq_context_set(text,jsonb)'),
+    ('function vq_outbox_publish(text,jsonb,timestamp with time zone,jsonb)'),
+    ('function vq_outbox_publish_to(text,text,jsonb,timestamp with time zone,jsonb)'),
+    -- inside a handler
+    ('function vq_log(text,text,jsonb)'), ('function vq_job_cancelled()'),
+    ('function vq_progress_add(bigint,bigint)'), ('function vq_progress_set_total(bigint)'),
+    -- consumers (each call checks who is asking)
+    ('function vq_take(uuid,integer)'), ('function vq_pull(text,integer)'), ('function vq_job_payload(uuid)'),
+    ('function vq_complete(uuid,integer)'), ('function vq_fail(uuid,text,integer)'),
+    -- operations on one's own jobs (row visibility by role)
+    ('function vq_cancel(uuid)'), ('function vq_metrics()'), ('function vq.running_jobs_now()'),
+    -- reading: configuration for everyone; jobs, history, logs, outbox under row security
+    ('relation vq.queue SELECT'), ('relation vq.handler SELECT'), ('relation vq.contract_override SELECT'),
+    ('relation vq.consumer_grant SELECT'), ('relation vq.destination SELECT'),
+    ('relation vq.handler_settings SELECT'),
+    ('relation vq.job SELECT'), ('relation vq.job_transition SELECT'), ('relation vq.job_transition_data SELECT'),
+    ('relation vq.job_log SELECT'), ('relation vq.outbox SELECT'),
+    ('relation vq.running_jobs SELECT'), ('relation vq.queue_stats SELECT'), ('relation vq.dead_letters SELECT')
+  $$, 'PUBLIC may use exactly the allow-listed objects of vq_job');
 
 ------------------------------------------------------------------------------
 -- Table privileges (7 + 1 + 28 = 36)
