@@ -84,7 +84,6 @@ typedef struct
 	char	   *payload;		/* raw JSON text (vq_take / vq_pull return it; "null" when none) */
 	int			attempt;
 	bool		have_attempt;
-	bool		payload_omitted;
 } Job;
 
 /* ------------------------------------------------------------------------ */
@@ -689,10 +688,10 @@ replace_field(char **field, char *value)
 }
 
 /*
- * Parse a notification message: a flat JSON object with execution_id, job_id,
- * handler, attempt and either payload (kept as raw JSON text) or
- * payload_omitted.  Unknown fields are skipped.  Returns false (with *why set)
- * when the message is unusable.
+ * Parse a notification message: a flat JSON object naming the job with
+ * execution_id and attempt (the payload is read with vq_take, which checks who
+ * is asking).  Unknown fields are skipped.  Returns false (with *why set) when
+ * the message is unusable.
  */
 static bool
 parse_notification(const char *text, Job *job, const char **why)
@@ -729,15 +728,13 @@ parse_notification(const char *text, Job *job, const char **why)
 			p.pos++;
 			json_ws(&p);
 			vstart = p.pos;
-			if (strcmp(key, "execution_id") == 0 || strcmp(key, "job_id") == 0 ||
-				strcmp(key, "handler") == 0)
+			if (strcmp(key, "execution_id") == 0)
 			{
 				char	   *val = NULL;
 
 				ok = json_scalar_text(&p, &val);
 				if (ok)
-					replace_field(key[0] == 'e' ? &job->execution_id :
-								  key[0] == 'j' ? &job->job_id : &job->handler, val);
+					replace_field(&job->execution_id, val);
 			}
 			else if (strcmp(key, "attempt") == 0)
 			{
@@ -761,19 +758,6 @@ parse_notification(const char *text, Job *job, const char **why)
 					job->attempt = (int) v;
 					job->have_attempt = true;
 				}
-			}
-			else if (strcmp(key, "payload") == 0)
-			{
-				ok = json_skip_value(&p, 0);
-				if (ok)
-					replace_field(&job->payload, xstrndup(p.s + vstart, p.pos - vstart));
-			}
-			else if (strcmp(key, "payload_omitted") == 0)
-			{
-				ok = json_skip_value(&p, 0);
-				if (ok)
-					job->payload_omitted = (p.pos - vstart == 4 &&
-											memcmp(p.s + vstart, "true", 4) == 0);
 			}
 			else
 				ok = json_skip_value(&p, 0);
@@ -809,13 +793,6 @@ parse_notification(const char *text, Job *job, const char **why)
 		*why = "no attempt";
 		goto fail;
 	}
-	if (job->payload_omitted)
-	{
-		free(job->payload);
-		job->payload = NULL;
-	}
-	else if (job->payload == NULL)
-		job->payload_omitted = true;	/* no payload field: fetch it */
 	return true;
 
 fail:
@@ -858,7 +835,7 @@ static const struct
 	const char *sql;
 	int			nparams;
 }			stmts[NUM_STMTS] = {
-	[STMT_TAKE] = {"vq_take", CLAIM_COLUMNS "vq_take($1::uuid, $2::integer) AS p", 2},
+	[STMT_TAKE] = {"vq_take", CLAIM_COLUMNS "vq_take($1::uuid, $2::integer, $3::text) AS p", 3},
 	[STMT_PULL] = {"vq_pull", CLAIM_COLUMNS "vq_pull($1::text, $2::integer) AS p", 2},
 	[STMT_COMPLETE] = {"vq_complete", "SELECT vq_complete($1::uuid, $2::integer)", 2},
 	[STMT_FAIL] = {"vq_fail", "SELECT vq_fail($1::uuid, $2::text, $3::integer)", 3},
@@ -1948,7 +1925,7 @@ handle_notification(const PGnotify *n)
 	Job			job;
 	const char *why;
 	char		attempt[16];
-	const char *params[2];
+	const char *params[3];
 	PGresult   *res;
 
 	if (strcmp(n->relname, opt.channel) != 0)
@@ -1959,22 +1936,17 @@ handle_notification(const PGnotify *n)
 			   n->relname, why, n->extra);
 		return;
 	}
-	if (job.handler != NULL && strcmp(job.handler, opt.handler) != 0)
-	{
-		verbose("ignoring a notification for handler \"%s\"", job.handler);
-		job_free(&job);
-		return;
-	}
-
 	/*
 	 * The notification only says a job was dispatched: take that job with
 	 * vq_take, so that two consumers on one channel never both run it.  No
-	 * row: another consumer has it (or it was answered or timed out).
+	 * row: another consumer has it, it was answered or timed out, or it is
+	 * another handler's job on the same channel.
 	 */
 	verbose("job %s announced (attempt %d); taking it", job.execution_id, job.attempt);
 	snprintf(attempt, sizeof(attempt), "%d", job.attempt);
 	params[0] = job.execution_id;
 	params[1] = job.have_attempt ? attempt : NULL;
+	params[2] = opt.handler;	/* a channel may carry the jobs of several handlers */
 	res = query(STMT_TAKE, params, false);
 	job_free(&job);
 	if (res == NULL)

@@ -186,6 +186,7 @@ CREATE INDEX outbox_pending_idx ON vq.outbox (id)
 CREATE INDEX outbox_timed_idx ON vq.outbox (coalesce(next_attempt_at, scheduled_at), id)
     WHERE status = 'PENDING' AND (scheduled_at IS NOT NULL OR next_attempt_at IS NOT NULL);
 CREATE INDEX outbox_published_idx ON vq.outbox (published_at) WHERE status = 'PUBLISHED';
+CREATE INDEX outbox_failed_idx ON vq.outbox (updated_at) WHERE status = 'FAILED';
 
 -- Roles allowed to consume (pull, read and reply to) the jobs of a NOTIFY handler, besides
 -- members of each job's enqueuing role.
@@ -982,12 +983,12 @@ RETURNS TABLE (execution_id uuid, job_id text, handler text, attempt integer, pa
     LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'vq_pull';
 COMMENT ON FUNCTION vq_pull(text, integer)
     IS 'take announced jobs of a NOTIFY handler that no consumer took yet (also the catch-up after downtime)';
-CREATE FUNCTION vq_take(execution_id uuid, attempt integer DEFAULT NULL)
+CREATE FUNCTION vq_take(execution_id uuid, attempt integer DEFAULT NULL, handler text DEFAULT NULL)
 RETURNS TABLE (execution_id uuid, job_id text, handler text, attempt integer, payload jsonb,
                metadata jsonb, scheduled_at timestamptz)
     LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'vq_take';
-COMMENT ON FUNCTION vq_take(uuid, integer)
-    IS 'take the announced NOTIFY job a notification named (no row: taken by another consumer, answered, timed out, or not yours)';
+COMMENT ON FUNCTION vq_take(uuid, integer, text)
+    IS 'take the announced NOTIFY job a notification named, if it is of that handler (no row: taken by another consumer, answered, timed out, another handler''s, or not yours)';
 CREATE FUNCTION vq_job_payload(execution_id uuid) RETURNS jsonb
     LANGUAGE c STABLE STRICT PARALLEL RESTRICTED AS 'MODULE_PATHNAME', 'vq_job_payload';
 

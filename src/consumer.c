@@ -296,10 +296,10 @@ vq_pull(PG_FUNCTION_ARGS)
 }
 
 /*
- * vq_take(execution_id, attempt): take one announced job, the one a
+ * vq_take(execution_id, attempt, handler): take one announced job, the one a
  * notification named, and return it (no row: another consumer took it, it
- * was answered or timed out, the attempt differs, or the caller may not
- * consume it; these are not told apart). The same claim as vq_pull's, by
+ * was answered or timed out, the attempt or the handler (when given) differs,
+ * or the caller may not consume it; these are not told apart). The same claim as vq_pull's, by
  * primary key: a consumer woken by a notification takes exactly that job
  * without scanning the handler's jobs. Two consumers taking one job
  * serialize on its row, and the second sees it taken.
@@ -313,8 +313,8 @@ vq_take(PG_FUNCTION_ARGS)
 	VqSavedUser saved;
 	TupleDesc	desc;
 	Tuplestorestate *store;
-	Datum		values[3];
-	char		nulls[3] = {' ', ' ', ' '};
+	Datum		values[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
 
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
@@ -324,6 +324,8 @@ vq_take(PG_FUNCTION_ARGS)
 	values[1] = PG_ARGISNULL(1) ? (Datum) 0 : PG_GETARG_DATUM(1);
 	nulls[1] = PG_ARGISNULL(1) ? 'n' : ' ';
 	values[2] = ObjectIdGetDatum(caller);
+	values[3] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
+	nulls[3] = PG_ARGISNULL(2) ? 'n' : ' ';
 
 	store = VqMaterializeResult(fcinfo, &desc);
 	registry = VqRegistryGet();
@@ -337,13 +339,14 @@ vq_take(PG_FUNCTION_ARGS)
 							  " AND j.state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state"
 							  " AND j.worker_pid IS NULL AND j.consumer_claimed_at IS NULL"
 							  " AND ($2 IS NULL OR j.attempt_number OPERATOR(pg_catalog.=) $2)"
+							  " AND ($4::pg_catalog.text IS NULL OR j.handler OPERATOR(pg_catalog.=) $4)"
 							  " AND (pg_catalog.pg_has_role($3, j.enqueued_by, 'USAGE')"
 							  "      OR EXISTS (SELECT FROM vq.consumer_grant g"
 							  "                 WHERE g.handler OPERATOR(pg_catalog.=) j.handler"
 							  "                 AND pg_catalog.pg_has_role($3, g.grantee, 'USAGE')))"
 							  " RETURNING j.execution_id, j.job_id, j.handler, j.attempt_number, j.payload,"
 							  "  j.metadata, j.scheduled_at",
-							  3, (Oid[]) {UUIDOID, INT4OID, OIDOID}),
+							  4, (Oid[]) {UUIDOID, INT4OID, OIDOID, TEXTOID}),
 						 values, nulls, false, 0) != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "vq_job: vq_take failed");
 	for (uint64 i = 0; i < SPI_processed; i++)

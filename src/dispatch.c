@@ -38,7 +38,6 @@
 #include "utils/guc.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
-#include "utils/json.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/regproc.h"
@@ -355,29 +354,17 @@ VqRunFunctionHandler(VqJob *job, VqOutcome *outcome)
 	VqJobApiEnd(outcome);
 }
 
-/* Announce a NOTIFY handler's job on its channel; it is RUNNING until its reply or the timeout. */
+/*
+ * Announce a NOTIFY handler's job on its channel; it is RUNNING until its
+ * reply or the timeout. The announcement names the job and nothing else: any
+ * role may LISTEN on any channel, so the payload and metadata are read with
+ * vq_take / vq_pull, which check who is asking.
+ */
 void
 VqDispatchNotify(VqJob *job, const char *channel)
 {
-	StringInfoData msg;
-	char	   *payload_text = job->payload ? JsonbToCString(NULL, &job->payload->root,
-															 VARSIZE(job->payload)) : "null";
 	char	   *uuid = DatumGetCString(DirectFunctionCall1(uuid_out, UUIDPGetDatum(&job->execution_id)));
 
 	VqPersistRunning(job, true, GetCurrentTimestamp());
-
-	initStringInfo(&msg);
-	appendStringInfoString(&msg, "{\"execution_id\": ");
-	escape_json(&msg, uuid);
-	appendStringInfoString(&msg, ", \"job_id\": ");
-	escape_json(&msg, job->job_id);
-	appendStringInfoString(&msg, ", \"handler\": ");
-	escape_json(&msg, job->handler);
-	appendStringInfo(&msg, ", \"attempt\": %d", job->attempt_number);
-	/* NOTIFY payloads must stay under 8000 bytes; past that, the consumer reads the job row */
-	if (msg.len + strlen(payload_text) + 32 < 8000)
-		appendStringInfo(&msg, ", \"payload\": %s}", payload_text);
-	else
-		appendStringInfoString(&msg, ", \"payload_omitted\": true}");
-	Async_Notify(channel, msg.data);
+	Async_Notify(channel, psprintf("{\"execution_id\": \"%s\", \"attempt\": %d}", uuid, job->attempt_number));
 }

@@ -231,6 +231,7 @@ ResolveSpec(FunctionCallInfo fcinfo, JobSpec *spec)
 	VqCheckEnqueuePrivilege(spec->handler, spec->enqueued_by);
 
 	spec->metadata = VqMergeBoundContext(metadata);
+	VqCheckSize(JsonbPGetDatum(spec->metadata), vq_max_metadata_bytes, "metadata", "vq.max_metadata_bytes");
 	spec->now = GetCurrentTransactionStartTimestamp();
 	spec->scheduled_at = spec->now;
 }
@@ -294,6 +295,8 @@ InsertOne(const JobSpec *spec, Datum payload, bool payload_null, text *job_id)
 	VqSavedUser saved;
 	ErrorContextCallback errcb;
 
+	if (!payload_null)
+		VqCheckSize(payload, vq_max_payload_bytes, "payload", "vq.max_payload_bytes");
 	NewUuid(execution_id);
 	memset(nulls, ' ', sizeof(nulls));
 	BindCommon(spec, values);
@@ -369,6 +372,20 @@ InsertOne(const JobSpec *spec, Datum payload, bool payload_null, text *job_id)
 	/* (nobody claims from a paused queue: waking it would be wasted) */
 	VqJobsEnqueuedAtCommit(spec->queue->name, spec->priority, spec->scheduled_at, !spec->queue->paused);
 	return result;
+}
+
+/* Every payload of a batch within vq.max_payload_bytes. */
+static void
+CheckPayloadSizes(ArrayType *payloads)
+{
+	ArrayIterator it = array_create_iterator(payloads, 0, NULL);
+	Datum		d;
+	bool		isnull;
+
+	while (array_iterate(it, &d, &isnull))
+		if (!isnull)
+			VqCheckSize(d, vq_max_payload_bytes, "payload", "vq.max_payload_bytes");
+	array_free_iterator(it);
 }
 
 /* vq_enqueue(handler, payload, run_at, queue, priority, max_attempts, job_id, metadata) */
@@ -517,6 +534,7 @@ vq_enqueue_many(PG_FUNCTION_ARGS)
 	ResolveSpec(fcinfo, &spec);
 	if (!PG_ARGISNULL(ARG_WHEN))
 		spec.scheduled_at = PG_GETARG_TIMESTAMPTZ(ARG_WHEN);
+	CheckPayloadSizes(payloads);
 
 	ids = palloc(sizeof(Datum) * Max(n, 1));
 	uuids = palloc(sizeof(pg_uuid_t) * Max(n, 1));

@@ -20,6 +20,7 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
 #include "utils/array.h"
@@ -55,6 +56,7 @@ typedef struct LogEntry
 static VqJob *current_job = NULL;
 static MemoryContext log_context = NULL;
 static List *log_entries = NIL;
+static int64 log_dropped = 0;	/* lines over vq.log_max_lines in this attempt */
 static SPIPlanPtr log_plan = NULL;
 
 /* This executor's count of runs: names each run for cancel requests (see VqJobApiBegin). */
@@ -75,6 +77,7 @@ VqJobApiBegin(VqJob *job)
 		log_context = AllocSetContextCreate(TopMemoryContext, "vq_job job logs", ALLOCSET_SMALL_SIZES);
 	MemoryContextReset(log_context);
 	log_entries = NIL;
+	log_dropped = 0;
 	current_job = job;
 	if (run_seq == 0)
 		run_seq = (uint64) VqMyExecutorSlot->started_at;
@@ -125,6 +128,21 @@ VqFlushJobLogs(VqJob *job)
 	int			i = 0;
 	ListCell   *lc;
 
+	if (log_dropped > 0)
+	{
+		MemoryContext old = MemoryContextSwitchTo(log_context);
+		LogEntry   *e = palloc(sizeof(LogEntry));
+
+		e->level = "WARN";
+		e->message = psprintf(INT64_FORMAT " more log line(s) dropped: an attempt keeps at most %d (vq.log_max_lines)",
+							  log_dropped, vq_log_max_lines);
+		e->fields = NULL;
+		e->at = GetCurrentTimestamp();
+		log_entries = lappend(log_entries, e);
+		log_dropped = 0;
+		n++;
+		MemoryContextSwitchTo(old);
+	}
 	if (n == 0)
 		return;
 	levels = palloc(sizeof(Datum) * n);
@@ -182,6 +200,36 @@ RequireJob(const char *function)
 				 errmsg("%s can only be called by a vq_job handler while it runs", function)));
 }
 
+/*
+ * A log line within vq.log_max_line_bytes: fields that do not fit are dropped
+ * (*fields set NULL), then the message is cut at a character boundary; either
+ * is said at the end of the message.
+ */
+static char *
+CappedMessage(text *message, Jsonb **fields)
+{
+	char	   *msg = text_to_cstring(message);
+	int			len = strlen(msg);
+	int			limit = vq_log_max_line_bytes;
+	int			field_bytes = *fields ? VARSIZE(*fields) : 0;
+	StringInfoData buf;
+
+	if (len + field_bytes <= limit)
+		return msg;
+	initStringInfo(&buf);
+	if (field_bytes > limit / 2)
+		*fields = NULL;
+	else
+		limit -= field_bytes;
+	limit = Max(limit - 80, 16);	/* room for the note */
+	appendBinaryStringInfo(&buf, msg, len > limit ? pg_mbcliplen(msg, len, limit) : len);
+	if (len > limit)
+		appendStringInfo(&buf, " [cut: %d bytes in all]", len);
+	if (*fields == NULL && field_bytes > 0)
+		appendStringInfo(&buf, " [fields dropped: %d bytes]", field_bytes);
+	return buf.data;
+}
+
 /* vq_log(level, message, fields DEFAULT NULL) */
 Datum
 vq_log(PG_FUNCTION_ARGS)
@@ -205,13 +253,18 @@ vq_log(PG_FUNCTION_ARGS)
 				 errmsg("unknown log level \"%s\"", level),
 				 errhint("Use DEBUG, INFO, WARN or ERROR.")));
 
+	if (list_length(log_entries) >= vq_log_max_lines)
+	{
+		log_dropped++;			/* reported in one line when the logs are written */
+		PG_RETURN_VOID();
+	}
 	old = MemoryContextSwitchTo(log_context);
 	e = palloc(sizeof(LogEntry));
 	e->level = pstrdup(level);
 	for (char *p = e->level; *p; p++)
 		*p = pg_toupper((unsigned char) *p);
-	e->message = text_to_cstring(PG_GETARG_TEXT_PP(1));
 	e->fields = PG_ARGISNULL(2) ? NULL : DatumGetJsonbPCopy(PG_GETARG_DATUM(2));
+	e->message = CappedMessage(PG_GETARG_TEXT_PP(1), &e->fields);
 	e->at = GetCurrentTimestamp();
 	log_entries = lappend(log_entries, e);
 	MemoryContextSwitchTo(old);

@@ -53,6 +53,12 @@ InsertRow(VqRegistry *registry, const char *type, const char *destination, Funct
 					 errmsg("headers must be a JSON object")));
 	}
 
+	if (!PG_ARGISNULL(payload_arg))
+		VqCheckSize(PG_GETARG_DATUM(payload_arg), vq_max_payload_bytes, "payload", "vq.max_payload_bytes");
+	if (headers != NULL)
+		VqCheckSize(JsonbPGetDatum(headers), vq_max_metadata_bytes, "headers", "vq.max_metadata_bytes");
+	VqCheckSize(JsonbPGetDatum(metadata), vq_max_metadata_bytes, "metadata", "vq.max_metadata_bytes");
+
 	values[0] = CStringGetTextDatum(type);
 	values[1] = CStringGetTextDatum(destination);
 	values[2] = PG_ARGISNULL(payload_arg) ? (Datum) 0 : PG_GETARG_DATUM(payload_arg);

@@ -1,7 +1,9 @@
 /*
- * retention.c: deleting finished jobs. COMPLETED and CANCELLED jobs older
- * than vq.retention_finished, and DEAD_LETTER jobs older than
- * vq.retention_dead_letter, are deleted with their transitions and logs, by
+ * retention.c: deleting finished jobs and outbox rows. COMPLETED and
+ * CANCELLED jobs older than vq.retention_finished, and DEAD_LETTER jobs older
+ * than vq.retention_dead_letter, are deleted with their transitions and logs;
+ * PUBLISHED outbox rows after vq.retention_finished, FAILED ones after
+ * vq.retention_outbox_failed. All by
  * executor 0, in batches of RETENTION_BATCH rows per transaction and for at
  * most RETENTION_BUDGET_MS per round, so the tables stay bounded under
  * sustained load while claims go on (the batches skip locked rows and take
@@ -106,23 +108,33 @@ DeleteBatch(TimestampTz finished_before, TimestampTz dead_before)
 	return deleted;
 }
 
-/* Delete one batch of published outbox rows older than the retention (failed rows stay); returns how many. */
+/*
+ * Delete one batch of outbox rows: PUBLISHED ones published before
+ * published_before, FAILED ones last updated before failed_before (NULL: kept);
+ * returns how many.
+ */
 static uint64
-DeletePublished(TimestampTz published_before)
+DeleteOutboxRows(TimestampTz published_before, bool keep_published, TimestampTz failed_before, bool keep_failed)
 {
 	static SPIPlanPtr plan = NULL;
-	Datum		values[2];
+	Datum		values[3];
+	char		nulls[3] = {keep_published ? 'n' : ' ', keep_failed ? 'n' : ' ', ' '};
 
 	values[0] = TimestampTzGetDatum(published_before);
-	values[1] = Int32GetDatum(RETENTION_BATCH);
+	values[1] = TimestampTzGetDatum(failed_before);
+	values[2] = Int32GetDatum(RETENTION_BATCH);
 	(void) VqKeepCustomPlan(&plan,
-							"DELETE FROM vq.outbox o WHERE o.id OPERATOR(pg_catalog.=) ANY (ARRAY("
-							" SELECT id FROM vq.outbox"
-							" WHERE status OPERATOR(pg_catalog.=) 'PUBLISHED' AND published_at OPERATOR(pg_catalog.<) $1"
-							" LIMIT $2 FOR UPDATE SKIP LOCKED))",
-							2, (Oid[]) {TIMESTAMPTZOID, INT4OID});
-	if (SPI_execute_plan(plan, values, NULL, false, 0) != SPI_OK_DELETE)
-		elog(ERROR, "vq_job: deleting published outbox rows failed");
+							"WITH published AS (SELECT id FROM vq.outbox"
+							"  WHERE status OPERATOR(pg_catalog.=) 'PUBLISHED' AND published_at OPERATOR(pg_catalog.<) $1"
+							"  LIMIT $3 FOR UPDATE SKIP LOCKED),"
+							" failed AS (SELECT id FROM vq.outbox"
+							"  WHERE status OPERATOR(pg_catalog.=) 'FAILED' AND updated_at OPERATOR(pg_catalog.<) $2"
+							"  LIMIT $3 FOR UPDATE SKIP LOCKED)"
+							" DELETE FROM vq.outbox o WHERE o.id OPERATOR(pg_catalog.=) ANY (ARRAY("
+							"  SELECT id FROM published UNION ALL SELECT id FROM failed))",
+							3, (Oid[]) {TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID});
+	if (SPI_execute_plan(plan, values, nulls, false, 0) != SPI_OK_DELETE)
+		elog(ERROR, "vq_job: deleting outbox rows failed");
 	return SPI_processed;
 }
 
@@ -132,7 +144,7 @@ VqRunRetention(void)
 {
 	TimestampTz start = GetCurrentTimestamp();
 
-	if (vq_retention_finished_s < 0 && vq_retention_dead_letter_s < 0)
+	if (vq_retention_finished_s < 0 && vq_retention_dead_letter_s < 0 && vq_retention_outbox_failed_s < 0)
 		return;
 	if (TimestampDifferenceExceeds(positions.sweep_started, start, RETENTION_SWEEP_MS))
 	{
@@ -148,8 +160,10 @@ VqRunRetention(void)
 		VqBeginTransaction();
 		deleted = DeleteBatch(now - (TimestampTz) Max(vq_retention_finished_s, 0) * USECS_PER_SEC,
 							  now - (TimestampTz) Max(vq_retention_dead_letter_s, 0) * USECS_PER_SEC);
-		if (vq_retention_finished_s >= 0)
-			deleted += DeletePublished(now - (TimestampTz) vq_retention_finished_s * USECS_PER_SEC);
+		deleted += DeleteOutboxRows(now - (TimestampTz) Max(vq_retention_finished_s, 0) * USECS_PER_SEC,
+									vq_retention_finished_s < 0,
+									now - (TimestampTz) Max(vq_retention_outbox_failed_s, 0) * USECS_PER_SEC,
+									vq_retention_outbox_failed_s < 0);
 		VqCommitTransaction();
 		if (deleted < RETENTION_BATCH ||
 			TimestampDifferenceExceeds(start, GetCurrentTimestamp(), RETENTION_BUDGET_MS))

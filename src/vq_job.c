@@ -6,6 +6,7 @@
 #include "postgres.h"
 
 #include "fmgr.h"
+#include "access/detoast.h"
 #include "miscadmin.h"
 #include "utils/guc.h"
 
@@ -28,8 +29,13 @@ int			vq_batch_size = 100;
 int			vq_inline_handler_ms = 5;
 int			vq_shutdown_grace_ms = 5000;
 char	   *vq_handler_search_path = NULL;
+int			vq_log_max_lines = 1000;
+int			vq_max_payload_bytes = 1048576;
+int			vq_max_metadata_bytes = 65536;
+int			vq_log_max_line_bytes = 8192;
 int			vq_retention_finished_s = 86400;
 int			vq_retention_dead_letter_s = 604800;
+int			vq_retention_outbox_failed_s = 604800;
 bool		vq_worker_synchronous_commit = true;
 bool		vq_serve_database = true;
 
@@ -61,9 +67,25 @@ DefineSettings(void)
 							NULL, &vq_execution_timeout_ms, 300000, 0, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
 	DefineCustomIntVariable("vq.progress_flush_interval_ms",
-							"Interval at which running jobs' progress and logs are persisted (0 = only at the end).",
+							"Interval at which the progress of jobs running visibly is saved on their rows (0 = only at the end).",
 							NULL, &vq_progress_flush_interval_ms, 10000, 0, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("vq.log_max_lines",
+							"Log lines a job attempt may write with vq_log(); the excess is counted and reported in one last line.",
+							NULL, &vq_log_max_lines, 1000, 0, 1000000,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("vq.log_max_line_bytes",
+							"Bytes of one vq_log() line (message and fields); a longer message is cut, larger fields are dropped.",
+							NULL, &vq_log_max_line_bytes, 8192, 256, 1048576,
+							PGC_SIGHUP, GUC_UNIT_BYTE, NULL, NULL, NULL);
+	DefineCustomIntVariable("vq.max_payload_bytes",
+							"Largest payload a job or an outbox row may carry (its size as stored, before compression).",
+							NULL, &vq_max_payload_bytes, 1048576, 1024, 1073741823,
+							PGC_SUSET, GUC_UNIT_BYTE, NULL, NULL, NULL);
+	DefineCustomIntVariable("vq.max_metadata_bytes",
+							"Largest metadata a job may carry (with the bound durable context merged in), or outbox headers.",
+							NULL, &vq_max_metadata_bytes, 65536, 1024, 1073741823,
+							PGC_SUSET, GUC_UNIT_BYTE, NULL, NULL, NULL);
 	DefineCustomStringVariable("vq.databases",
 							   "Comma-separated databases the workers serve; empty means every database with the extension.",
 							   NULL, &vq_databases, "",
@@ -100,6 +122,10 @@ DefineSettings(void)
 							"How long DEAD_LETTER jobs are kept (with their history and logs); -1 keeps them.",
 							NULL, &vq_retention_dead_letter_s, 604800, -1, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomIntVariable("vq.retention_outbox_failed",
+							"How long FAILED outbox rows are kept for inspection; -1 keeps them.",
+							NULL, &vq_retention_outbox_failed_s, 604800, -1, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
 	DefineCustomBoolVariable("vq.worker_synchronous_commit",
 							 "Whether the executors wait for their commits (outcomes, relayed rows) to reach disk.",
 							 "Off: a crash may undo the last moments of outcomes, and those jobs run again together with their "
@@ -134,4 +160,17 @@ _PG_init(void)
 	VqRegistryInit();
 	VqLauncherInit();
 	VqGuardInit();
+}
+
+/* Error (VQ012) when a jsonb value is larger than limit bytes, uncompressed. */
+void
+VqCheckSize(Datum jsonb, int limit, const char *what, const char *setting)
+{
+	Size		size = toast_raw_datum_size(jsonb);
+
+	if (size > (Size) limit)
+		ereport(ERROR,
+				(errcode(ERRCODE_VQ_TOO_LARGE),
+				 errmsg("%s is too large: %zu bytes, at most %d", what, size, limit),
+				 errhint("Store large data in a table and pass its key, or raise %s.", setting)));
 }

@@ -32,11 +32,16 @@
 #define ERRCODE_VQ_NOT_IN_JOB               MAKE_SQLSTATE('V','Q','0','0','9')
 #define ERRCODE_VQ_NO_SUCH_JOB              MAKE_SQLSTATE('V','Q','0','1','0')
 #define ERRCODE_VQ_REPLY_IGNORED            MAKE_SQLSTATE('V','Q','0','1','1')
+#define ERRCODE_VQ_TOO_LARGE                MAKE_SQLSTATE('V','Q','0','1','2')
 #define ERRCODE_VQ_INVALID_DESTINATION      MAKE_SQLSTATE('V','Q','1','0','5')
 
 /* GUCs (vq_job.c). */
 extern int	vq_execution_timeout_ms;
 extern int	vq_progress_flush_interval_ms;
+extern int	vq_log_max_lines;
+extern int	vq_max_payload_bytes;
+extern int	vq_max_metadata_bytes;
+extern int	vq_log_max_line_bytes;
 extern char *vq_databases;
 extern int	vq_max_databases;
 extern int	vq_executors_per_database;
@@ -46,10 +51,14 @@ extern int	vq_shutdown_grace_ms;
 extern char *vq_handler_search_path;
 extern int	vq_retention_finished_s;
 extern int	vq_retention_dead_letter_s;
+extern int	vq_retention_outbox_failed_s;
 extern bool vq_worker_synchronous_commit;
 extern bool vq_serve_database;
 
 /* True when name matches ^[a-zA-Z0-9._-]{1,128}$. */
 extern bool vq_valid_name(const char *name, int len);
+
+/* Error (VQ012) when a jsonb argument is larger than limit bytes (what names it). */
+extern void VqCheckSize(Datum jsonb, int limit, const char *what, const char *setting);
 
 #endif							/* VQ_JOB_H */

@@ -60,7 +60,7 @@ SELECT set_eq($$
     ('function vq_log(text,text,jsonb)'), ('function vq_job_cancelled()'),
     ('function vq_progress_add(bigint,bigint)'), ('function vq_progress_set_total(bigint)'),
     -- consumers (each call checks who is asking)
-    ('function vq_take(uuid,integer)'), ('function vq_pull(text,integer)'), ('function vq_job_payload(uuid)'),
+    ('function vq_take(uuid,integer,text)'), ('function vq_pull(text,integer)'), ('function vq_job_payload(uuid)'),
     ('function vq_complete(uuid,integer)'), ('function vq_fail(uuid,text,integer)'),
     -- operations on one's own jobs (row visibility by role)
     ('function vq_cancel(uuid)'), ('function vq_metrics()'), ('function vq.running_jobs_now()'),

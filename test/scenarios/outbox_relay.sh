@@ -22,6 +22,7 @@
 #   5. NOTIFY destination: a psql LISTENer gets exactly one notification per row,
 #      {"outbox_id", "payload", "headers"};
 #   6. retention: with vq.retention_finished = 1 s, PUBLISHED rows go, FAILED and PENDING stay;
+#      then with vq.retention_outbox_failed = 1 s the FAILED rows go too, PENDING ones stay;
 #   7. rows whose publishing role was dropped before the relay: FAILED 'permanent: ...', no job
 #      enqueued and no destination function run for a role that no longer exists.
 # Crash accounting is in outbox_relay_crash.sh.
@@ -404,6 +405,12 @@ wait_status "$r_id" PUBLISHED 5
 wait_for "SELECT NOT EXISTS (SELECT 1 FROM vq.outbox WHERE id = $r_id)" 5 "the new PUBLISHED row to be removed"
 reset_config vq.retention_finished
 log "outbox rows before retention: $before; after: $(counts)"
+# FAILED rows go after vq.retention_outbox_failed (7 days by default)
+set_config vq.retention_outbox_failed 1
+wait_for "SELECT NOT EXISTS (SELECT 1 FROM vq.outbox WHERE status = 'FAILED')" 10 \
+    "FAILED rows to be removed with vq.retention_outbox_failed = 1 s"
+assert_eq "$n_pending" "$(q "SELECT count(*) FROM vq.outbox WHERE status = 'PENDING'")" "PENDING rows after the FAILED ones went"
+reset_config vq.retention_outbox_failed
 
 # ---- 7. a publisher that no longer exists --------------------------------------------------
 log "7. rows whose publishing role was dropped before the relay saw them: FAILED permanent, no job"

@@ -8,7 +8,9 @@
 #      transition's time + backoff(attempt_number + 1); DEAD_LETTER after max_attempts with
 #      the last error; nothing runs a dead-lettered job again;
 #    - a handler's writes commit with success and roll back with failure;
-#    - vq_log lines of a failing handler are kept (level, message, fields, attempt);
+#    - vq_log lines of a failing handler are kept (level, message, fields, attempt); an
+#      attempt keeps at most vq.log_max_lines lines of at most vq.log_max_line_bytes each (a
+#      long message is cut, large fields dropped, the excess lines counted in one last line);
 #    - live progress in vq.running_jobs, persisted at the end;
 #    - cooperative cancellation of a running job; vq_cancel of a future job;
 #    - durable context: a job enqueued by a handler inherits the running job's metadata;
@@ -123,6 +125,16 @@ BEGIN
     RAISE EXCEPTION 'logged then failed';
 END $$;
 
+-- 1,005 lines: one with a 20,000-byte message, one with 10,000 bytes of fields, 1,003 short ones
+CREATE FUNCTION h_logflood(p jsonb) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM vq_log('INFO', repeat('x', 20000));
+    PERFORM vq_log('INFO', 'big fields', jsonb_build_object('blob', repeat('f', 10000)));
+    FOR i IN 1..1003 LOOP
+        PERFORM vq_log('DEBUG', 'line ' || i);
+    END LOOP;
+END $$;
+
 CREATE FUNCTION h_sleep(p jsonb, c vq.job_context) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM vq_log('INFO', 'sleeping', jsonb_build_object('attempt', c.attempt_number));
@@ -184,6 +196,7 @@ SELECT vq_register_handler('two', 'h_two(jsonb, vq.job_context)', 'lq');
 SELECT vq_register_handler('fail', 'h_fail(jsonb, vq.job_context)', max_attempts => 4);
 SELECT vq_register_handler('flaky', 'h_flaky(jsonb, vq.job_context)', 'q_fixed');
 SELECT vq_register_handler('logfail', 'h_logfail(jsonb, vq.job_context)', 'q_fixed', max_attempts => 2);
+SELECT vq_register_handler('logflood', 'h_logflood(jsonb)', 'q_fixed');
 SELECT vq_register_handler('sleep', 'h_sleep(jsonb, vq.job_context)', 'lq');
 SELECT vq_register_handler('nap', 'h_sleep(jsonb, vq.job_context)', 'lq');
 SELECT vq_register_handler('progress', 'h_progress(jsonb)', 'lq');
@@ -365,6 +378,20 @@ assert_eq "$expected_logs" "$(q "SELECT attempt_number || '|' || level || '|' ||
                                    FROM vq.job_log WHERE execution_id = '$el' ORDER BY id")" "job logs of the failing handler"
 assert_job "$el" "j.last_error = 'logged then failed' AND j.attempt_number = 1" "dead-lettered logfail job"
 assert_eq 0 "$(q "SELECT count(*) FROM effects WHERE execution_id = '$el'")" "writes of the failing logfail handler"
+
+log "vq_log is bounded: at most vq.log_max_lines (1000) lines per attempt, vq.log_max_line_bytes (8192) per line"
+ef="$(enqueue "'logflood', '{}'")"
+wait_state "$ef" COMPLETED 10
+assert_eq "1001|1|5 more log line(s) dropped: an attempt keeps at most 1000 (vq.log_max_lines)" \
+    "$(q "SELECT count(*) || '|' || count(*) FILTER (WHERE level = 'WARN') || '|' ||
+                 (SELECT message FROM vq.job_log WHERE execution_id = '$ef' ORDER BY id DESC LIMIT 1)
+            FROM vq.job_log WHERE execution_id = '$ef'")" "log lines kept | WARN lines | the last line"
+assert_eq "true|true|true|true" "$(q "SELECT bool_and(octet_length(message) + coalesce(pg_column_size(fields), 0) <= 8192) || '|' ||
+                               bool_or(message LIKE 'xxx%[cut: 20000 bytes in all]') || '|' ||
+                               bool_or(message LIKE 'big fields [fields dropped: % bytes]' AND fields IS NULL) || '|' ||
+                               (bool_or(message = 'line 998') AND NOT bool_or(message = 'line 999'))
+                          FROM vq.job_log WHERE execution_id = '$ef'")" \
+    "every line within 8192 bytes | the long message cut | the big fields dropped | lines 999+ dropped"
 
 # ---- live progress -----------------------------------------------------------------------------
 log "progress is live in vq.running_jobs and persisted at the end"

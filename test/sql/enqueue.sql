@@ -173,6 +173,26 @@ SELECT vq_enqueue('enq_plain', '{}', job_id => repeat('é', 128));
 \echo :LAST_ERROR_SQLSTATE
 SELECT vq_enqueue_in('enq_plain', '{}', '1 minute', job_id => '');
 \echo :LAST_ERROR_SQLSTATE
+-- A payload, metadata or outbox headers larger than vq.max_payload_bytes /
+-- vq.max_metadata_bytes (VQ012); settings only a superuser may change.
+SET vq.max_payload_bytes = 1024;
+SET vq.max_metadata_bytes = 1024;
+SELECT vq_enqueue('enq_plain', jsonb_build_object('blob', repeat('x', 2000)));
+\echo :LAST_ERROR_SQLSTATE
+SELECT vq_enqueue_many('enq_plain', ARRAY['{}'::jsonb, jsonb_build_object('blob', repeat('x', 2000))]);
+\echo :LAST_ERROR_SQLSTATE
+SELECT vq_enqueue('enq_plain', '{}', metadata => jsonb_build_object('m', repeat('y', 2000)));
+\echo :LAST_ERROR_SQLSTATE
+SELECT vq_outbox_publish('enq_plain', jsonb_build_object('blob', repeat('x', 2000)));
+\echo :LAST_ERROR_SQLSTATE
+SELECT vq_outbox_publish('enq_plain', '{}', headers => jsonb_build_object('h', repeat('z', 2000)));
+\echo :LAST_ERROR_SQLSTATE
+RESET vq.max_payload_bytes;
+RESET vq.max_metadata_bytes;
+SET ROLE enq_role;
+SET vq.max_payload_bytes = 100000000;
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
 -- A function handler whose function was dropped after registration (42883).
 DROP FUNCTION enq_gone_fn(jsonb);
 SELECT vq_enqueue('enq_gone', '{}');
