@@ -934,8 +934,10 @@ BEGIN
 END
 $$;
 
--- Remove a handler. Jobs already enqueued for it stay; they fail when they run unless it is
--- registered again. Returns false when no such handler was registered.
+-- Remove a handler. Jobs already enqueued for it stay and still run: each runs the function
+-- address (or is announced on the channel) recorded when it was enqueued, whatever is
+-- registered since. New enqueues for the name fail until it is registered again. Returns
+-- false when no such handler was registered.
 CREATE FUNCTION vq_unregister_handler(name text) RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp

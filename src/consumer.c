@@ -75,16 +75,18 @@ GrantedConsumer(Oid caller, const char *handler)
 static VqJob *
 LoadJobForConsumer(pg_uuid_t *id, Oid caller, char **state, bool *external)
 {
-	Datum		arg = UUIDPGetDatum(id);
+	Datum		args[2] = {UUIDPGetDatum(id), ObjectIdGetDatum(caller)};
 	HeapTuple	tup;
 	TupleDesc	desc;
 	VqJob	   *job;
 	bool		isnull;
 
 	/*
-	 * A job that ended while we waited for its row lock has moved from
-	 * vq.job_active to vq.job_finished, which this statement's snapshot did
-	 * not show yet: one more statement (a new snapshot) finds it there.
+	 * Only a row the caller may act on is locked: anyone else can neither
+	 * wait on nor hold the lock of another role's job. A job that ended while
+	 * we waited for its row lock has moved from vq.job_active to
+	 * vq.job_finished, which this statement's snapshot did not show yet: one
+	 * more statement (a new snapshot) finds it there.
 	 */
 	for (int tries = 0; tries < 2; tries++)
 	{
@@ -92,9 +94,14 @@ LoadJobForConsumer(pg_uuid_t *id, Oid caller, char **state, bool *external)
 								  "SELECT execution_id, job_id, handler, handler_address, queue, attempt_number,"
 								  " max_attempts, enqueued_by, state::pg_catalog.text, worker_pid IS NULL,"
 								  " priority, scheduled_at"
-								  " FROM vq.job WHERE execution_id OPERATOR(pg_catalog.=) $1 FOR UPDATE",
-								  1, (Oid[]) {UUIDOID}),
-							 &arg, NULL, false, 1) != SPI_OK_SELECT)
+								  " FROM vq.job j WHERE j.execution_id OPERATOR(pg_catalog.=) $1"
+								  " AND (pg_catalog.pg_has_role($2, j.enqueued_by, 'USAGE')"
+								  "      OR EXISTS (SELECT FROM vq.consumer_grant g"
+								  "                 WHERE g.handler OPERATOR(pg_catalog.=) j.handler"
+								  "                 AND pg_catalog.pg_has_role($2, g.grantee, 'USAGE')))"
+								  " FOR UPDATE OF j",
+								  2, (Oid[]) {UUIDOID, OIDOID}),
+							 args, NULL, false, 1) != SPI_OK_SELECT)
 			elog(ERROR, "vq_job: reading the job failed");
 		if (SPI_processed == 1)
 			break;

@@ -5,7 +5,8 @@
  * order, from the relay position) only rows it can serve: DELAYED_JOB rows
  * whose target is one of vq_supported_target_ids(), NOTIFY rows, and rows of
  * registered destination types. Per row, these rules:
- *  - target not registered (any more)      -> UNRESOLVABLE: retried with backoff;
+ *  - target not registered (any more)      -> UNRESOLVABLE: retried with backoff
+ *    (checked first: a row wrong in both ways is unresolvable);
  *  - delivery snapshot missing / malformed -> PERMANENT: FAILED, kept to inspect;
  *  - the job is built from the snapshot (never re-resolved) with run_at =
  *    scheduled_at and metadata = metadata.context verbatim; headers never
@@ -184,16 +185,17 @@ DeliverDelayedJob(VqRegistry *registry, OutboxRow *row, char **message)
 	int32		priority;
 	int32		max_attempts;
 
+	/* the target first, then the snapshot: a row wrong in both ways is unresolvable */
+	if (VqLookupHandler(registry, row->destination) == NULL)
+	{
+		*message = psprintf("target \"%s\" is not registered", row->destination);
+		return RELAY_UNRESOLVABLE;
+	}
 	if (row->snap_queue == NULL || !SnapshotInt(row->snap_priority, &priority) ||
 		!SnapshotInt(row->snap_max_attempts, &max_attempts))
 	{
 		*message = pstrdup("metadata.delivery.delayedJob snapshot (queue, priority, maxAttempts) is missing or malformed");
 		return RELAY_PERMANENT;
-	}
-	if (VqLookupHandler(registry, row->destination) == NULL)
-	{
-		*message = psprintf("target \"%s\" is not registered", row->destination);
-		return RELAY_UNRESOLVABLE;
 	}
 	(void) VqEnqueueResolved(row->destination, row->snap_queue, priority, max_attempts,
 							 row->has_scheduled_at ? row->scheduled_at : GetCurrentTransactionStartTimestamp(),
@@ -399,17 +401,18 @@ CheckDelayedJob(VqRegistry *registry, OutboxRow *row, VqHandler **handler, VqQue
 		*message = psprintf("role %u that published the row no longer exists", row->published_by);
 		return RELAY_PERMANENT;
 	}
-	if (row->snap_queue == NULL || !SnapshotInt(row->snap_priority, priority) ||
-		!SnapshotInt(row->snap_max_attempts, max_attempts))
-	{
-		*message = pstrdup("metadata.delivery.delayedJob snapshot (queue, priority, maxAttempts) is missing or malformed");
-		return RELAY_PERMANENT;
-	}
+	/* the target first, then the snapshot: a row wrong in both ways is unresolvable */
 	*handler = VqLookupHandler(registry, row->destination);
 	if (*handler == NULL)
 	{
 		*message = psprintf("target \"%s\" is not registered", row->destination);
 		return RELAY_UNRESOLVABLE;
+	}
+	if (row->snap_queue == NULL || !SnapshotInt(row->snap_priority, priority) ||
+		!SnapshotInt(row->snap_max_attempts, max_attempts))
+	{
+		*message = pstrdup("metadata.delivery.delayedJob snapshot (queue, priority, maxAttempts) is missing or malformed");
+		return RELAY_PERMANENT;
 	}
 	*queue = VqLookupQueue(registry, row->snap_queue);
 	if (*queue == NULL)

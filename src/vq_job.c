@@ -34,7 +34,7 @@ int			vq_max_payload_bytes = 1048576;
 int			vq_max_metadata_bytes = 65536;
 int			vq_log_max_line_bytes = 8192;
 int			vq_retention_finished_s = 86400;
-int			vq_retention_dead_letter_s = 604800;
+int			vq_retention_dead_letter_s = -1;
 int			vq_retention_outbox_failed_s = 604800;
 bool		vq_worker_synchronous_commit = true;
 bool		vq_serve_database = true;
@@ -119,8 +119,8 @@ DefineSettings(void)
 							NULL, &vq_retention_finished_s, 86400, -1, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
 	DefineCustomIntVariable("vq.retention_dead_letter",
-							"How long DEAD_LETTER jobs are kept (with their history and logs); -1 keeps them.",
-							NULL, &vq_retention_dead_letter_s, 604800, -1, INT_MAX,
+							"How long DEAD_LETTER jobs are kept (with their history and logs); -1 (the default) keeps them.",
+							NULL, &vq_retention_dead_letter_s, -1, -1, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
 	DefineCustomIntVariable("vq.retention_outbox_failed",
 							"How long FAILED outbox rows are kept for inspection; -1 keeps them.",

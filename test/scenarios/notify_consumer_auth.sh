@@ -12,7 +12,8 @@
 #   2. authorisation: a role that is neither a member of the enqueuing role nor granted gets
 #      VQ010 from vq_complete / vq_fail with the same message as for a random uuid, nothing
 #      from vq_pull or vq_take, NULL from vq_job_payload, no rows in vq.job, and cannot call
-#      vq_grant_consumer; the job is untouched. A member of the enqueuing role may read, pull
+#      vq_grant_consumer; the job is untouched; while the job's row is locked, the stranger's
+#      reply is refused at once (it never waits on nor takes another role's row lock). A member of the enqueuing role may read, pull
 #      and reply. After vq_grant_consumer(handler, role) the role reads the payload, takes the
 #      job with vq_take (once: a second take and a pull return nothing; not at another attempt,
 #      not another handler's job) and completes it; after vq_revoke_consumer it cannot any more.
@@ -192,6 +193,17 @@ e_job="$(sql_error "$R_STRANGER" "SELECT vq_grant_consumer('nc_auth', '$R_STRANG
 assert_eq "RUNNING|true|0" "$(q "SELECT state || '|' || (consumer_claimed_at IS NULL) || '|' || attempt_number FROM vq.job WHERE execution_id = '$J1'")" \
     "auth-1 after the stranger's attempts (state|not claimed|attempt)"
 assert_eq "CLAIMED:0:ENQUEUED>RUNNING" "$(transitions "$J1")" "history of auth-1 after the stranger's attempts"
+# no lock side channel: while the job's row is locked (here by a superuser session holding it
+# FOR UPDATE), a stranger's reply is refused at once instead of waiting for the lock
+psql -XAtq -c "BEGIN; SELECT 1 FROM vq.job WHERE execution_id = '$J1' FOR UPDATE; SELECT pg_sleep(5); COMMIT" >/dev/null 2>&1 &
+locker=$!
+wait_for "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE query LIKE 'BEGIN; SELECT 1 FROM vq.job WHERE execution_id%'
+           AND state = 'active' AND wait_event = 'PgSleep')" 5 "the row lock to be held"
+e_job="$(sql_error "$R_STRANGER" "SET lock_timeout = '500ms'; SELECT vq_complete('$J1', 0)")"
+assert_eq "${e_rand//$RANDOM_ID/$J1}" "$e_job" "a stranger's vq_complete while the row is locked (not a lock wait: 55P03)"
+kill "$locker" 2>/dev/null || true
+wait "$locker" 2>/dev/null || true
+q "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE query LIKE 'BEGIN; SELECT 1 FROM vq.job WHERE execution_id%'" >/dev/null
 
 log "   a granted consumer"
 q "SELECT vq_grant_consumer('nc_auth', '$R_WORKER')" >/dev/null

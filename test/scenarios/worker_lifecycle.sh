@@ -11,6 +11,7 @@
 #    - vq_log lines of a failing handler are kept (level, message, fields, attempt); an
 #      attempt keeps at most vq.log_max_lines lines of at most vq.log_max_line_bytes each (a
 #      long message is cut, large fields dropped, the excess lines counted in one last line);
+#    - a job whose handler is unregistered before it is due still runs its recorded function;
 #    - live progress in vq.running_jobs, persisted at the end;
 #    - cooperative cancellation of a running job; vq_cancel of a future job;
 #    - durable context: a job enqueued by a handler inherits the running job's metadata;
@@ -197,6 +198,7 @@ SELECT vq_register_handler('fail', 'h_fail(jsonb, vq.job_context)', max_attempts
 SELECT vq_register_handler('flaky', 'h_flaky(jsonb, vq.job_context)', 'q_fixed');
 SELECT vq_register_handler('logfail', 'h_logfail(jsonb, vq.job_context)', 'q_fixed', max_attempts => 2);
 SELECT vq_register_handler('logflood', 'h_logflood(jsonb)', 'q_fixed');
+SELECT vq_register_handler('unreg', 'h_one(jsonb)', 'lq');
 SELECT vq_register_handler('sleep', 'h_sleep(jsonb, vq.job_context)', 'lq');
 SELECT vq_register_handler('nap', 'h_sleep(jsonb, vq.job_context)', 'lq');
 SELECT vq_register_handler('progress', 'h_progress(jsonb)', 'lq');
@@ -392,6 +394,12 @@ assert_eq "true|true|true|true" "$(q "SELECT bool_and(octet_length(message) + co
                                (bool_or(message = 'line 998') AND NOT bool_or(message = 'line 999'))
                           FROM vq.job_log WHERE execution_id = '$ef'")" \
     "every line within 8192 bytes | the long message cut | the big fields dropped | lines 999+ dropped"
+
+log "a job whose handler is unregistered before it is due still runs what it recorded"
+eu="$(q "SELECT vq_enqueue('unreg', '{\"tag\": \"unregistered\"}', now() + interval '1 second')")"
+assert_eq t "$(q "SELECT vq_unregister_handler('unreg')")" "vq_unregister_handler('unreg')"
+wait_state "$eu" COMPLETED 10
+assert_eq 1 "$(q "SELECT count(*) FROM calls WHERE tag = 'unregistered'")" "runs of h_one for the unregistered handler's job"
 
 # ---- live progress -----------------------------------------------------------------------------
 log "progress is live in vq.running_jobs and persisted at the end"
