@@ -54,6 +54,8 @@
 /* ------------------------------------------------------------------------ */
 /* Options and global state                                                  */
 
+#define MAX_PASS_ENV 64
+
 static struct
 {
 	const char *conninfo;
@@ -65,7 +67,9 @@ static struct
 	bool		verbose;
 	bool		coprocess;		/* one long-running command, one line per job */
 	char	  **command;		/* NULL-terminated argv */
-} opt = {"", NULL, NULL, 10, 5.0, false, false, false, NULL};
+	const char *pass_env[MAX_PASS_ENV];	/* --pass-env names */
+	int			npass_env;
+} opt = {"", NULL, NULL, 10, 5.0, false, false, false, NULL, {NULL}, 0};
 
 static PGconn *conn = NULL;
 static bool need_pull = true;	/* drain with vq_pull before waiting again */
@@ -89,13 +93,26 @@ typedef struct
 /* ------------------------------------------------------------------------ */
 /* Logging                                                                   */
 
+/*
+ * One log line on stderr. Control characters (a newline in a server message,
+ * an escape sequence in a notification) are written as \xNN, so that nothing
+ * logged can forge lines or drive the terminal.
+ */
 static void
 vlogmsg(const char *fmt, va_list ap)
 {
 	char		buf[2048];
 
 	vsnprintf(buf, sizeof(buf), fmt, ap);
-	fprintf(stderr, "vq_consumer: %s\n", buf);
+	fputs("vq_consumer: ", stderr);
+	for (const unsigned char *c = (const unsigned char *) buf; *c; c++)
+	{
+		if (*c < 0x20 || *c == 0x7f)
+			fprintf(stderr, "\\x%02x", *c);
+		else
+			fputc(*c, stderr);
+	}
+	fputc('\n', stderr);
 }
 
 static void
@@ -1150,38 +1167,58 @@ env_entry(const char *name, const char *value)
 }
 
 /*
- * The command's environment: ours, without VQ_EXECUTION_ID, VQ_JOB_ID,
- * VQ_ATTEMPT and VQ_HANDLER, then those four for this job. Entries [0..3] are
- * malloc'd; the rest point into environ.
+ * Variables a command gets from the consumer's environment: these, the LC_*
+ * ones, and those named with --pass-env. Nothing else (PGPASSWORD, PGUSER,
+ * other credentials) reaches the code a job runs.
+ */
+static const char *const default_env[] = {"PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "USER", "LOGNAME", "SHELL"};
+
+/* Is "NAME=value" an entry the command may see? */
+static bool
+env_passed(const char *entry)
+{
+	size_t		len = strcspn(entry, "=");
+
+	if (strncmp(entry, "LC_", 3) == 0)
+		return true;
+	for (size_t i = 0; i < sizeof(default_env) / sizeof(default_env[0]); i++)
+		if (strlen(default_env[i]) == len && strncmp(entry, default_env[i], len) == 0)
+			return true;
+	for (int i = 0; i < opt.npass_env; i++)
+		if (strlen(opt.pass_env[i]) == len && strncmp(entry, opt.pass_env[i], len) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * A command's environment: for a job (job != NULL) VQ_EXECUTION_ID, VQ_JOB_ID,
+ * VQ_ATTEMPT and VQ_HANDLER first (malloc'd, entries [0..3]), then the passed
+ * entries of ours (pointing into environ).
  */
 static char **
-job_environment(const Job *job)
+command_environment(const Job *job)
 {
 	extern char **environ;
-	static const char *const own[] = {"VQ_EXECUTION_ID=", "VQ_JOB_ID=", "VQ_ATTEMPT=", "VQ_HANDLER="};
 	size_t		n = 0;
 	char	  **envp;
-	char		attempt[16];
-	size_t		k = 4;
+	size_t		k = 0;
 
 	while (environ[n] != NULL)
 		n++;
 	envp = xmalloc((n + 5) * sizeof(char *));
-	snprintf(attempt, sizeof(attempt), "%d", job->attempt);
-	envp[0] = env_entry("VQ_EXECUTION_ID", job->execution_id);
-	envp[1] = env_entry("VQ_JOB_ID", job->job_id);
-	envp[2] = env_entry("VQ_ATTEMPT", attempt);
-	envp[3] = env_entry("VQ_HANDLER", job->handler ? job->handler : opt.handler);
-	for (size_t i = 0; i < n; i++)
+	if (job != NULL)
 	{
-		bool		skip = false;
+		char		attempt[16];
 
-		for (size_t j = 0; j < 4; j++)
-			if (strncmp(environ[i], own[j], strlen(own[j])) == 0)
-				skip = true;
-		if (!skip)
-			envp[k++] = environ[i];
+		snprintf(attempt, sizeof(attempt), "%d", job->attempt);
+		envp[k++] = env_entry("VQ_EXECUTION_ID", job->execution_id);
+		envp[k++] = env_entry("VQ_JOB_ID", job->job_id);
+		envp[k++] = env_entry("VQ_ATTEMPT", attempt);
+		envp[k++] = env_entry("VQ_HANDLER", job->handler ? job->handler : opt.handler);
 	}
+	for (size_t i = 0; i < n; i++)
+		if (env_passed(environ[i]))
+			envp[k++] = environ[i];
 	envp[k] = NULL;
 	return envp;
 }
@@ -1272,7 +1309,7 @@ run_command(const Job *job, const char *payload, char **error)
 	}
 
 	{
-		char	  **envp = job_environment(job);
+		char	  **envp = command_environment(job);
 		const int	fds[3] = {in_pipe[0], -1, err_pipe[1]};
 		int			rc = spawn_command(&pid, fds, envp);
 
@@ -1451,7 +1488,6 @@ coprocess_reset(void)
 static bool
 coprocess_start(char **error)
 {
-	extern char **environ;
 	int			in_pipe[2],
 				out_pipe[2];
 	int			rc;
@@ -1472,8 +1508,10 @@ coprocess_start(char **error)
 	}
 	{
 		const int	fds[3] = {in_pipe[0], out_pipe[1], -1};
+		char	  **envp = command_environment(NULL);
 
-		rc = spawn_command(&pid, fds, environ);
+		rc = spawn_command(&pid, fds, envp);
+		free(envp);
 	}
 	close(in_pipe[0]);
 	close(out_pipe[1]);
@@ -2076,6 +2114,9 @@ usage(FILE *f)
 			"  -p, --poll-interval SEC    vq_pull catch-up interval in seconds (default 5)\n"
 			"      --once                 process the pending jobs (vq_pull), then exit\n"
 			"  -C, --coprocess            keep one command running; one line per job (see above)\n"
+			"      --pass-env NAME        also pass variable NAME to the command (repeatable); by\n"
+			"                             default it gets only PATH, HOME, LANG, LANGUAGE, LC_*, TZ,\n"
+			"                             TMPDIR, USER, LOGNAME, SHELL (never PGPASSWORD & co.)\n"
 			"  -v, --verbose              log every job\n"
 			"  -h, --help                 show this help\n"
 			"\n"
@@ -2097,6 +2138,7 @@ main(int argc, char **argv)
 		{"poll-interval", required_argument, NULL, 'p'},
 		{"once", no_argument, NULL, 'o'},
 		{"coprocess", no_argument, NULL, 'C'},
+		{"pass-env", required_argument, NULL, 'E'},
 		{"verbose", no_argument, NULL, 'v'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}
@@ -2149,6 +2191,14 @@ main(int argc, char **argv)
 				break;
 			case 'C':
 				opt.coprocess = true;
+				break;
+			case 'E':
+				if (opt.npass_env >= MAX_PASS_ENV || optarg[0] == '\0' || strchr(optarg, '=') != NULL)
+				{
+					fprintf(stderr, "vq_consumer: --pass-env takes a variable name (at most %d of them)\n", MAX_PASS_ENV);
+					return 2;
+				}
+				opt.pass_env[opt.npass_env++] = optarg;
 				break;
 			case 'v':
 				opt.verbose = true;

@@ -16,6 +16,9 @@
 #   4. exclusivity: two consumers LISTEN on one channel; 30 jobs: each command runs once
 #      (one row per execution in the command's log), one CLAIMED + one COMPLETED each, and
 #      no reply is ignored.
+#   5. a command's environment: PATH and the VQ_* variables, NC_FOO named with --pass-env;
+#      not PGPASSWORD nor other variables of the consumer; a malformed notification with an
+#      escape sequence and a newline is logged with both escaped (\x1b, \x0a).
 # Roles are cluster-wide: they carry this process id and are dropped on exit.
 set -euo pipefail
 # shellcheck source=test/scenarios/lib/common.sh
@@ -50,11 +53,14 @@ trap cleanup EXIT
 # shellcheck source=test/scenarios/lib/listener.sh
 . "$(dirname "$0")/lib/listener.sh"
 
+# The command (cmd.sh) connects with psql and records which consumer ran it: it needs these
+# variables, which a command gets only when named with --pass-env.
+PASS_ENV="--pass-env PGHOST --pass-env PGPORT --pass-env PGUSER --pass-env PGDATABASE --pass-env NC_CONSUMER"
 # consumer_start NAME ARGS...: vq_consumer in the background (log in $TMPD/NAME.log)
 consumer_start() {
     local name="$1"
     shift
-    NC_CONSUMER="$name" "$CONSUMER" --dbname "$CONNINFO application_name=nc_$name" "$@" >"$TMPD/$name.log" 2>&1 &
+    NC_CONSUMER="$name" "$CONSUMER" --dbname "$CONNINFO application_name=nc_$name" $PASS_ENV "$@" >"$TMPD/$name.log" 2>&1 &
     CONSUMER_PID[$name]=$!
 }
 # consumer_ready NAME: its session is idle after its startup vq_pull (LISTENing, waiting)
@@ -237,7 +243,7 @@ q "SELECT vq_enqueue_many('nc_e2e', array_agg(jsonb_build_object('i', i)), job_i
 wait_for "SELECT count(*) = 20 FROM vq.job WHERE job_id LIKE 'catch-%' AND state = 'RUNNING' AND consumer_claimed_at IS NULL" 10 \
     "the 20 catch-up jobs announced (RUNNING) to nobody"
 rc=0
-timeout 30 env NC_CONSUMER=once "$CONSUMER" --dbname "$CONNINFO" --channel nc_e2e_ch --handler nc_e2e --batch 7 --once \
+timeout 30 env NC_CONSUMER=once "$CONSUMER" --dbname "$CONNINFO" $PASS_ENV --channel nc_e2e_ch --handler nc_e2e --batch 7 --once \
     --verbose -- "$TMPD/cmd.sh" >"$TMPD/once.log" 2>&1 || rc=$?
 assert_eq 0 "$rc" "exit status of vq_consumer --once"
 assert_eq 20 "$(q "SELECT count(*) FROM vq.job WHERE job_id LIKE 'catch-%' AND state = 'COMPLETED'")" \
@@ -273,5 +279,32 @@ log "   split between the consumers: $(q "SELECT string_agg(consumer || '=' || n
                                           FROM (SELECT consumer, count(*) n FROM nc_ran WHERE job_id LIKE 'excl-%' GROUP BY 1) s")"
 consumer_stop x1
 consumer_stop x2
+
+# ---- 5. what a command sees, and what the consumer logs ------------------------------------------
+log "5. a command's environment is minimal; the log escapes control characters"
+printf '#!/bin/sh\nenv >"%s/env.$VQ_EXECUTION_ID"\n' "$TMPD" >"$TMPD/env.sh"
+chmod +x "$TMPD/env.sh"
+PGPASSWORD=not-for-jobs NC_SECRET=hidden NC_FOO=bar "$CONSUMER" --dbname "$CONNINFO application_name=nc_env" \
+    --channel nc_e2e_ch --handler nc_e2e --poll-interval 60 --pass-env NC_FOO -- "$TMPD/env.sh" >"$TMPD/env.log" 2>&1 &
+CONSUMER_PID[env]=$!
+consumer_ready env
+ID_ENV="$(q "SELECT vq_enqueue('nc_e2e', '{}', job_id => 'env-1')")"
+wait_for "SELECT state = 'COMPLETED' FROM vq.job WHERE execution_id = '$ID_ENV'" 5 "the env job COMPLETED"
+envf="$TMPD/env.$ID_ENV"
+[[ -s "$envf" ]] || fail "the command wrote no environment"
+if grep -q '^PGPASSWORD=' "$envf"; then fail "PGPASSWORD reached the command"; fi
+if grep -q '^NC_SECRET=' "$envf"; then fail "NC_SECRET (not passed) reached the command"; fi
+grep -qx 'NC_FOO=bar' "$envf" || fail "NC_FOO (--pass-env) did not reach the command"
+grep -qx "VQ_EXECUTION_ID=$ID_ENV" "$envf" || fail "VQ_EXECUTION_ID missing from the command's environment"
+grep -q '^PATH=' "$envf" || fail "PATH missing from the command's environment"
+# a notification on the channel that is not an announcement, with an escape sequence and a newline
+q "SELECT pg_notify('nc_e2e_ch', E'not json \\x1b[31m red\\nforged line')" >/dev/null
+for ((i = 0; i < 50; i++)); do grep -q 'ignoring a notification' "$TMPD/env.log" && break; sleep 0.1; done
+grep -q 'ignoring a notification' "$TMPD/env.log" || fail "the consumer did not log the malformed notification"
+if grep -q $'\x1b' "$TMPD/env.log" || grep -q '^forged line' "$TMPD/env.log"; then
+    fail "the consumer logged a raw control character: $(grep -a 'ignoring' "$TMPD/env.log" | head -2)"
+fi
+grep -qF 'red\x0aforged line' "$TMPD/env.log" || fail "the newline was not escaped: $(grep -a 'ignoring' "$TMPD/env.log")"
+consumer_stop env
 
 log "PASS notify_consumer (round trip ${RT_MS} ms)"

@@ -27,7 +27,7 @@ export PGCLIENTENCODING=UTF8
 CONSUMER="${VQ_PG_BIN:-/usr/lib/postgresql/15/bin}/vq_consumer"
 CONNINFO="host=$PGHOST port=$PGPORT user=${PGUSER:-postgres} dbname=$PGDATABASE application_name=nco"
 TMPD="$(mktemp -d /tmp/vq_nco.XXXXXX)"
-export NCO_DIR="$TMPD"   # the coprocess inherits the consumer's environment
+export NCO_DIR="$TMPD"   # passed to the coprocess with --pass-env
 CPID=""
 
 cleanup() {
@@ -79,7 +79,7 @@ SELECT vq_create_queue('nco_q', sleep_delay_ms => 200, max_concurrent_jobs => 20
 SELECT vq_register_notify_handler('nco', 'nco_ch', 'nco_q');
 SQL
 "$CONSUMER" --dbname "$CONNINFO" --channel nco_ch --handler nco --poll-interval 60 \
-    --coprocess --verbose -- "$TMPD/co.sh" >"$TMPD/consumer.log" 2>&1 &
+    --coprocess --pass-env NCO_DIR --verbose -- "$TMPD/co.sh" >"$TMPD/consumer.log" 2>&1 &
 CPID=$!
 # idle after its startup vq_pull: from now on only notifications bring it jobs
 wait_for "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'nco'
