@@ -350,6 +350,17 @@ VqRunFunctionHandler(VqJob *job, VqOutcome *outcome)
 	PG_END_TRY();
 
 	VqWatchEnd(outcome->kind == VQ_OUTCOME_COMPLETED);
+
+	/*
+	 * A job asked to stop ends CANCELLED however its handler ended: returned
+	 * early (its writes are kept), raised, or was cut; it is never retried.
+	 */
+	if (VqJobCancelRequested())
+	{
+		outcome->error = outcome->kind == VQ_OUTCOME_COMPLETED ? pstrdup("cancelled while running")
+			: psprintf("cancelled while running: %s", outcome->error);
+		outcome->kind = VQ_OUTCOME_CANCELLED;
+	}
 	outcome->duration_us = GetCurrentTimestamp() - start;
 	VqJobApiEnd(outcome);
 }

@@ -399,6 +399,8 @@ RunClaimedJob(VqJob *job, VqQueue *queue)
 	now = GetCurrentTimestamp();
 	if (outcome.kind == VQ_OUTCOME_COMPLETED)
 		VqPersistCompleted(list_make1(job), list_make1(&outcome), now);
+	else if (outcome.kind == VQ_OUTCOME_CANCELLED)
+		VqPersistCancelled(job, &outcome, now);
 	else
 		VqPersistFailure(job, &outcome, queue, now);
 	VqFlushJobLogs(job);
@@ -480,6 +482,8 @@ RunBatch(List *jobs, VqQueue *queue, bool *ran_jobs)
 			done_outcomes = lappend(done_outcomes, outcome);
 			MemoryContextSwitchTo(old);
 		}
+		else if (outcome->kind == VQ_OUTCOME_CANCELLED)
+			VqPersistCancelled(job, outcome, GetCurrentTimestamp());
 		else
 			VqPersistFailure(job, outcome, queue, GetCurrentTimestamp());
 		VqFlushJobLogs(job);

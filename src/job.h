@@ -35,13 +35,14 @@ typedef enum VqOutcomeKind
 {
 	VQ_OUTCOME_COMPLETED,
 	VQ_OUTCOME_FAILED,			/* the handler raised an error: consumes an attempt */
-	VQ_OUTCOME_ABANDONED		/* interrupted (timeout, dead executor, stop): also consumes an attempt */
+	VQ_OUTCOME_ABANDONED,		/* interrupted (timeout, dead executor, stop): also consumes an attempt */
+	VQ_OUTCOME_CANCELLED		/* vq_cancel asked while it ran: ends CANCELLED, never retried */
 } VqOutcomeKind;
 
 typedef struct VqOutcome
 {
 	VqOutcomeKind kind;
-	char	   *error;			/* FAILED / ABANDONED */
+	char	   *error;			/* FAILED / ABANDONED / CANCELLED (what the handler raised, if it did) */
 	bool		permanent;		/* FAILED for good: no retry whatever the attempts left */
 	int64		duration_us;
 	TimestampTz started_at;		/* when the handler was called */

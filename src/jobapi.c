@@ -305,13 +305,19 @@ vq_progress_add(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
+/* Has vq_cancel asked the job this executor runs now to stop? */
+bool
+VqJobCancelRequested(void)
+{
+	return pg_atomic_read_u64(&VqMyDatabaseSlot->cancel_seq[VqMyExecutorIndex]) == VqMyExecutorSlot->job.seq;
+}
+
 /* vq_job_cancelled(): has vq_cancel() asked the running job to stop? */
 Datum
 vq_job_cancelled(PG_FUNCTION_ARGS)
 {
 	RequireJob("vq_job_cancelled()");
-	PG_RETURN_BOOL(pg_atomic_read_u64(&VqMyDatabaseSlot->cancel_seq[VqMyExecutorIndex]) ==
-				   VqMyExecutorSlot->job.seq);
+	PG_RETURN_BOOL(VqJobCancelRequested());
 }
 
 /*
@@ -422,7 +428,8 @@ CancelStep(SPIPlanPtr *plan, const char *sql, Datum arg, int expected)
 /*
  * vq_cancel(execution_id): an ENQUEUED job becomes CANCELLED (one CANCELLED
  * transition); a running one is asked to stop (vq_job_cancelled() turns true
- * in its handler, and a RUNNING row gets cancel_requested). Returns the job's
+ * in its handler, and a RUNNING row gets cancel_requested); it ends CANCELLED
+ * when its handler returns or raises (dispatch.c), never retried. Returns the job's
  * state after the call ('CANCEL_REQUESTED' for a running job), or NULL when
  * the caller cannot see such a job: only members of the enqueuing role may
  * cancel it.

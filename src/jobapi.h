@@ -13,6 +13,9 @@ extern void VqJobApiBegin(VqJob *job);
 /* It ends: take its progress into the outcome, unpublish it. */
 extern void VqJobApiEnd(VqOutcome *outcome);
 
+/* Has vq_cancel asked the job this executor runs now to stop? */
+extern bool VqJobCancelRequested(void);
+
 /* Write the job's buffered log lines (in the caller's transaction, connected to SPI). */
 extern void VqFlushJobLogs(VqJob *job);
 

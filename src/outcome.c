@@ -264,6 +264,42 @@ VqPersistFailure(VqJob *job, VqOutcome *outcome, VqQueue *queue, TimestampTz now
 }
 
 /*
+ * End a job that vq_cancel asked to stop while its handler ran: it moves to
+ * vq.job_finished as CANCELLED (last_error says why), with one CANCELLED
+ * transition, whatever attempts are left.
+ */
+void
+VqPersistCancelled(VqJob *job, VqOutcome *o, TimestampTz now)
+{
+	static SPIPlanPtr cancelled_plan = NULL;
+	Datum		values[7];
+	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+
+	values[0] = UUIDPGetDatum(&job->execution_id);
+	values[1] = TimestampTzGetDatum(now);
+	values[2] = CStringGetTextDatum(job->running ? "RUNNING" : "ENQUEUED");
+	values[3] = CStringGetTextDatum(o->error ? o->error : "cancelled while running");
+	values[4] = Int64GetDatum(o->progress_total);
+	values[5] = Int64GetDatum(o->progress_succeeded);
+	values[6] = Int64GetDatum(o->progress_failed);
+	if (!o->has_progress)
+		nulls[4] = nulls[5] = nulls[6] = 'n';
+
+	Write(VqKeepPlan(&cancelled_plan,
+			   "WITH moved AS ("
+			   " DELETE FROM vq.job_active j WHERE j.execution_id OPERATOR(pg_catalog.=) $1 RETURNING j.*),"
+			   " finished AS (INSERT INTO vq.job_finished SELECT"
+			   VQ_FINISHED_ROW("'CANCELLED'::vq.job_state", "$2", "started_at", "$2", "$4",
+							   "coalesce($5, progress_total)", "coalesce($6, progress_succeeded)",
+							   "coalesce($7, progress_failed)")
+			   "  FROM moved)"
+			   " INSERT INTO vq.job_transition_data (execution_id, attempt_number, kind, from_state, to_state, error, at)"
+			   " SELECT execution_id, attempt_number, 'CANCELLED', $3::vq.job_state, 'CANCELLED', $4, $2 FROM moved",
+			   7, (Oid[]) {UUIDOID, TIMESTAMPTZOID, TEXTOID, TEXTOID, INT8OID, INT8OID, INT8OID}),
+		  values, nulls);
+}
+
+/*
  * Claim a job visibly: commit it as RUNNING with this executor's identity (or
  * with none, for an external NOTIFY consumer), with a CLAIMED transition.
  */

@@ -27,6 +27,9 @@
 /* Mark jobs COMPLETED (a COMPLETED transition for those claimed visibly; implied for the others). */
 extern void VqPersistCompleted(List *jobs, List *outcomes, TimestampTz now);
 
+/* End a job that vq_cancel asked to stop while it ran: CANCELLED, with one CANCELLED transition. */
+extern void VqPersistCancelled(VqJob *job, VqOutcome *outcome, TimestampTz now);
+
 /* Re-enqueue or dead-letter a job that failed or was abandoned; false if its row changed meanwhile. */
 extern bool VqPersistFailure(VqJob *job, VqOutcome *outcome, VqQueue *queue, TimestampTz now);
 

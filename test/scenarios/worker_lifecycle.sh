@@ -13,7 +13,8 @@
 #      long message is cut, large fields dropped, the excess lines counted in one last line);
 #    - a job whose handler is unregistered before it is due still runs its recorded function;
 #    - live progress in vq.running_jobs, persisted at the end;
-#    - cooperative cancellation of a running job; vq_cancel of a future job;
+#    - cooperative cancellation of a running job: CANCELLED whether its handler returns early
+#      (writes kept) or raises (writes rolled back, no retry); vq_cancel of a future job;
 #    - durable context: a job enqueued by a handler inherits the running job's metadata;
 #    - NULL payloads, a STRICT handler and a handler returning NULL.
 #   With the default vq.inline_handler_ms: a fast handler runs inline after its first run
@@ -167,6 +168,18 @@ BEGIN
     INSERT INTO effects VALUES (c.execution_id, c.attempt_number, 'ran to the end');
 END $$;
 
+-- raises once it sees the cancel request (after a write that the error rolls back)
+CREATE FUNCTION h_cancel_raise(p jsonb, c vq.job_context) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO effects VALUES (c.execution_id, c.attempt_number, 'must be rolled back');
+    FOR i IN 1 .. 800 LOOP
+        IF vq_job_cancelled() THEN
+            RAISE EXCEPTION 'stopping: cancelled';
+        END IF;
+        PERFORM pg_sleep(0.025);
+    END LOOP;
+END $$;
+
 CREATE FUNCTION h_parent(p jsonb, c vq.job_context) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO effects VALUES (c.execution_id, c.attempt_number,
@@ -203,6 +216,7 @@ SELECT vq_register_handler('sleep', 'h_sleep(jsonb, vq.job_context)', 'lq');
 SELECT vq_register_handler('nap', 'h_sleep(jsonb, vq.job_context)', 'lq');
 SELECT vq_register_handler('progress', 'h_progress(jsonb)', 'lq');
 SELECT vq_register_handler('cancellable', 'h_cancellable(jsonb, vq.job_context)', 'lq');
+SELECT vq_register_handler('cancel_raise', 'h_cancel_raise(jsonb, vq.job_context)', 'lq', max_attempts => 3);
 SELECT vq_register_handler('parent', 'h_parent(jsonb, vq.job_context)', 'lq');
 SELECT vq_register_handler('fast', 'h_fast(jsonb, vq.job_context)', 'lq');
 SELECT vq_register_handler('returns-null', 'h_returns_null(jsonb)', 'lq');
@@ -230,7 +244,7 @@ BEGIN
         t := split_part(e, ':', 2);
         vis := format('CLAIMED\(%s:ENQUEUED->RUNNING\) %s\(%s:RUNNING->%s\)', i, k, i, t);
         inl := format('%s\(%s:ENQUEUED->%s\)', k, i, t);
-        piece := CASE WHEN k = 'CANCELLED' THEN inl
+        piece := CASE WHEN k = 'CANCELLED' AND mode <> 'visible' THEN inl
                       WHEN mode = 'visible' THEN vis
                       WHEN mode = 'inline' THEN inl
                       ELSE '(' || vis || '|' || inl || ')' END;
@@ -425,11 +439,24 @@ wait_for "SELECT EXISTS (SELECT 1 FROM vq.running_jobs WHERE execution_id = '$ec
 t_cancel="$(q "SELECT clock_timestamp()")"
 assert_eq CANCEL_REQUESTED "$(q "SELECT vq_cancel('$ec')")" "vq_cancel of a running job"
 wait_for "SELECT state <> 'RUNNING' FROM vq.job WHERE execution_id = '$ec'" 3 "cancelled job to stop"
-assert_job "$ec" "j.state = 'COMPLETED' AND j.cancel_requested AND j.finished_at < '$t_cancel'::timestamptz + interval '1 s'" \
-    "running job after a cancellation request (handler returned early)"
-assert_eq cancelled "$(q "SELECT note FROM effects WHERE execution_id = '$ec'")" "cancellable handler saw vq_job_cancelled()"
-assert_history "$ec" visible COMPLETED:COMPLETED
-assert_eq COMPLETED "$(q "SELECT vq_cancel('$ec')")" "vq_cancel of a finished job returns its state"
+assert_job "$ec" "j.state = 'CANCELLED' AND j.cancel_requested AND j.last_error = 'cancelled while running'
+                  AND j.finished_at < '$t_cancel'::timestamptz + interval '1 s'" \
+    "running job after a cancellation request (handler returned early): CANCELLED"
+assert_eq cancelled "$(q "SELECT note FROM effects WHERE execution_id = '$ec'")" \
+    "cancellable handler saw vq_job_cancelled() (the writes of a handler that returned are kept)"
+assert_history "$ec" visible CANCELLED:CANCELLED
+assert_eq CANCELLED "$(q "SELECT vq_cancel('$ec')")" "vq_cancel of a finished job returns its state"
+
+log "a handler that raises after a cancel request: CANCELLED, not retried, its writes rolled back"
+er="$(enqueue "'cancel_raise', '{}'")"
+wait_for "SELECT EXISTS (SELECT 1 FROM vq.running_jobs WHERE execution_id = '$er')" 5 "cancel_raise job running"
+assert_eq CANCEL_REQUESTED "$(q "SELECT vq_cancel('$er')")" "vq_cancel of the running cancel_raise job"
+wait_state "$er" CANCELLED 3
+assert_job "$er" "j.attempt_number = 0 AND j.last_error = 'cancelled while running: stopping: cancelled'" \
+    "cancel_raise job: attempt 0, last_error with the handler's error"
+assert_history "$er" visible CANCELLED:CANCELLED
+assert_eq 0 "$(q "SELECT count(*) FROM effects WHERE execution_id = '$er'")" "writes of the handler that raised"
+assert_stays "SELECT state || '/' || attempt_number FROM vq.job WHERE execution_id = '$er'" 1 "cancelled job (no retry)"
 assert_eq "" "$(q "SELECT vq_cancel(gen_random_uuid())")" "vq_cancel of an unknown job returns NULL"
 
 log "vq_cancel of a future ENQUEUED job: CANCELLED, and it never runs"

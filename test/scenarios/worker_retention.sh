@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # worker_retention.sh: executor 0 deletes finished jobs with their history and logs.
 #   With vq.retention_finished = 2 s and vq.retention_dead_letter = 4 s:
-#    - COMPLETED (inline/visible, and one ended by cooperative cancellation) and CANCELLED
-#      jobs disappear, with their vq.job_transition and vq.job_log rows in the same instant,
+#    - COMPLETED (inline/visible) and CANCELLED (one enqueued, one ended by cooperative
+#      cancellation while it ran) jobs disappear, with their vq.job_transition and vq.job_log rows in the same instant,
 #      no sooner than finished_at + 2 s and within 3 s after that; DEAD_LETTER jobs the same
 #      with 4 s;
 #    - unfinished jobs are kept with their history: ENQUEUED in the future, ENQUEUED for a
@@ -103,7 +103,7 @@ set_config vq.retention_finished 2
 set_config vq.retention_dead_letter 4
 
 # A long job RUNNING on executor 1 (executor 0 deletes): start two, one per executor, and let
-# the one on executor 0 end by cooperative cancellation (it is COMPLETED, then deleted too).
+# the one on executor 0 end by cooperative cancellation (it is CANCELLED, then deleted too).
 log "two long jobs, one per executor"
 r1="$(q "SELECT vq_enqueue('long', '{}')")"
 r2="$(q "SELECT vq_enqueue('long', '{}')")"
@@ -114,7 +114,7 @@ on_ex0="$(q "SELECT j.execution_id FROM vq.job j JOIN pg_stat_activity a ON a.pi
 [[ -n "$on_ex0" ]] || fail "neither long job runs on 'vq_job executor 0' (both executors should be busy)"
 if [[ "$on_ex0" == "$r1" ]]; then R0="$r1" R="$r2"; else R0="$r2" R="$r1"; fi
 assert_eq CANCEL_REQUESTED "$(q "SELECT vq_cancel('$R0')")" "vq_cancel of the long job on executor 0"
-wait_state "$R0" COMPLETED 5
+wait_state "$R0" CANCELLED 5
 
 log "finished and unfinished jobs"
 C="$(q "SELECT vq_enqueue('ok', '{}')")"
@@ -130,7 +130,7 @@ wait_for "SELECT state = 'ENQUEUED' AND attempt_number = 1 AND scheduled_at > no
             FROM vq.job WHERE execution_id = '$F2'" 5 "job $F2 re-enqueued an hour later after a failure"
 
 # what each job holds before retention (transitions: CLAIMED only for visible claims)
-for v in "C:COMPLETED:[12]:1" "R0:COMPLETED:2:1" "D:DEAD_LETTER:[12]:1" "X:CANCELLED:1:0" \
+for v in "C:COMPLETED:[12]:1" "R0:CANCELLED:2:1" "D:DEAD_LETTER:[12]:1" "X:CANCELLED:1:0" \
          "F2:ENQUEUED:[12]:1" "F:ENQUEUED:0:0" "R:RUNNING:1:0"; do
     IFS=: read -r name st nt nl <<<"$v"
     h="$(history "${!name}")"
@@ -179,7 +179,7 @@ assert_eq "$keep_before" "$keep_after" "unfinished jobs and their history after 
 
 log "end the long job"
 assert_eq CANCEL_REQUESTED "$(q "SELECT vq_cancel('$R')")" "vq_cancel of the long job"
-wait_state "$R" COMPLETED 5
+wait_state "$R" CANCELLED 5
 
 # ==== -1: keep everything =====================================================================
 log "retention -1: nothing is deleted"
