@@ -16,8 +16,9 @@
 #                (100,000 due no-op PL/pgSQL jobs, rate = jobs / (last finished_at - first
 #                finished_at)), for vq.batch_size 100 and 500, interleaved over BENCH_ROUNDS rounds.
 #                Goal: best relay rate >= 0.5 x best drain rate. For context, the relay is also run
-#                on an ANALYZEd vq.outbox (rows due 3 s after the load, ANALYZE meanwhile, rate from
-#                the due time): the relay's claim plan depends on vq.outbox's statistics.
+#                on an ANALYZEd vq.outbox (rows due BENCH_DRAIN_DELAY s after the load, ANALYZE
+#                meanwhile, rate from the due time): the relay's claim plan depends on vq.outbox's
+#                statistics.
 #   3. notify    NOTIFY round trip with the reference consumer, in its two modes: 3a --coprocess
 #                (the command, sed answering "ok" per job line, is kept running) and 3b one process
 #                per job (vq_consumer ... -- true). Each: 1,000 jobs of a NOTIFY handler enqueued
@@ -47,7 +48,7 @@
 #
 # Knobs: BENCH_LATENCY_JOBS (parts 1 and 3, default 1000), BENCH_RELAY_ROWS (default 20000),
 #        BENCH_DRAIN_JOBS (default 100000), BENCH_ROUNDS (part 2, default 3), BENCH_DRAIN_DELAY
-#        (seconds from loading a drain or ANALYZEd relay backlog to its due time, default 3),
+#        (seconds from loading a drain or ANALYZEd relay backlog to its due time, default 5),
 #        BENCH_CONTEXT=0 (no synchronous_commit = off context runs), BENCH_PARTS (subset of
 #        "publish relay notify"), VQ_CONSUMER (the consumer binary, default $VQ_PG_BIN/vq_consumer).
 #
@@ -59,7 +60,7 @@ NLAT="${BENCH_LATENCY_JOBS:-1000}"
 NRELAY="${BENCH_RELAY_ROWS:-20000}"
 NDRAIN="${BENCH_DRAIN_JOBS:-100000}"
 ROUNDS="${BENCH_ROUNDS:-3}"
-DRAIN_DELAY="${BENCH_DRAIN_DELAY:-3}"
+DRAIN_DELAY="${BENCH_DRAIN_DELAY:-5}"
 CONTEXT="${BENCH_CONTEXT:-1}"
 PARTS="${BENCH_PARTS:-publish relay notify}"
 NCTX=300                     # jobs per synchronous_commit = off context run
@@ -251,7 +252,7 @@ SELECT p.n,
        1000 * extract(epoch FROM s.post_commit - p.pre_commit) AS commit_rt
 FROM bench.pub p
 JOIN vq.outbox o ON o.id = p.outbox_id
-JOIN vq.job j ON j.handler = 'bnoop' AND j.payload ->> 'n' = p.n::text
+JOIN vq.job_active j ON j.handler = 'bnoop' AND j.payload ->> 'n' = p.n::text   -- (queue outq is paused: the jobs stay there)
 LEFT JOIN bench.post s ON s.n = p.n;
 
 CREATE VIEW bench.notify_lat AS
@@ -264,8 +265,8 @@ SELECT e.n,
        1000 * extract(epoch FROM pg_xact_commit_timestamp(j.xmin) - j.finished_at) AS s5,            -- reply committed
        1000 * extract(epoch FROM s.post_commit - e.pre_commit) AS commit_rt
 FROM bench.enq e
-JOIN vq.job j ON j.execution_id = e.execution_id
-JOIN vq.job_transition t ON t.execution_id = e.execution_id AND t.kind = 'CLAIMED'
+JOIN vq.job_finished j ON j.execution_id = e.execution_id     -- its xmin: the reply that ended the job
+JOIN vq.job_transition_data t ON t.execution_id = e.execution_id AND t.kind = 'CLAIMED'
 LEFT JOIN bench.post s ON s.n = e.n;
 
 -- Autovacuum off on the tables involved, so that a worker waking in one run only adds no noise
