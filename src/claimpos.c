@@ -246,7 +246,7 @@ VqRelayPositionBegin(VqDatabaseSlot *slot, int executor)
 
 /* End a relay (see claimpos.h). */
 void
-VqRelayPositionEnd(VqDatabaseSlot *slot, int executor, bool took, int64 last)
+VqRelayPositionEnd(VqDatabaseSlot *slot, int executor, int64 last)
 {
 	VqRelayPosition *r = &slot->positions.relay;
 
@@ -256,7 +256,7 @@ VqRelayPositionEnd(VqDatabaseSlot *slot, int executor, bool took, int64 last)
 		int64		to = Min(last + 1, r->floor[executor]);
 
 		r->claimers &= ~((uint32) 1 << executor);
-		if (took && to > r->pos)
+		if (last > 0 && to > r->pos)
 			r->pos = to;
 	}
 	LWLockRelease(slot->lock);

@@ -50,10 +50,11 @@ extern void VqClaimPositionLower(VqDatabaseSlot *slot, const char *queue, int32 
 extern int64 VqRelayPositionBegin(VqDatabaseSlot *slot, int executor);
 
 /*
- * End it: with took, move the position past last (the highest id taken), or
- * to the lowest id a commit lowered it to meanwhile, if lower.
+ * End it: when it took rows (last > 0, the highest id taken), move the
+ * position past last, or to the lowest id a commit lowered it to meanwhile,
+ * if lower.
  */
-extern void VqRelayPositionEnd(VqDatabaseSlot *slot, int executor, bool took, int64 last);
+extern void VqRelayPositionEnd(VqDatabaseSlot *slot, int executor, int64 last);
 
 /* Committed: outbox rows due at once, the lowest with this id (caller holds the slot's lock). */
 extern void VqRelayPositionLower(VqDatabaseSlot *slot, int64 id);

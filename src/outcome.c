@@ -75,15 +75,17 @@ ProgressArray(List *outcomes, int which)
 }
 
 /*
- * Mark one job COMPLETED: the common case of a reply or a job run after its
- * claim, without the arrays of the set-based statement.
+ * End one job that ran: it moves to vq.job_finished as COMPLETED or
+ * CANCELLED (state), with the handler's start, its progress and error, and a
+ * transition of that kind unless it is the completion of an inline run
+ * (ENQUEUED -> COMPLETED), which the finished row implies.
  */
 static void
-PersistOneCompleted(VqJob *job, VqOutcome *o, TimestampTz now)
+PersistOneEnded(VqJob *job, VqOutcome *o, const char *state, TimestampTz now)
 {
-	static SPIPlanPtr completed_one_plan = NULL;
-	Datum		values[7];
-	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	static SPIPlanPtr ended_one_plan = NULL;
+	Datum		values[9];
+	char		nulls[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 
 	values[0] = UUIDPGetDatum(&job->execution_id);
 	values[1] = TimestampTzGetDatum(now);
@@ -96,19 +98,23 @@ PersistOneCompleted(VqJob *job, VqOutcome *o, TimestampTz now)
 	values[6] = TimestampTzGetDatum(o->started_at);
 	if (o->started_at == 0)
 		nulls[6] = 'n';
+	values[7] = CStringGetTextDatum(state);
+	values[8] = o->error ? CStringGetTextDatum(o->error) : (Datum) 0;
+	nulls[8] = o->error ? ' ' : 'n';
 
-	Write(VqKeepPlan(&completed_one_plan,
+	Write(VqKeepPlan(&ended_one_plan,
 			   "WITH moved AS ("
 			   " DELETE FROM vq.job_active j WHERE j.execution_id OPERATOR(pg_catalog.=) $1 RETURNING j.*),"
 			   " finished AS (INSERT INTO vq.job_finished SELECT"
-			   VQ_FINISHED_ROW("'COMPLETED'::vq.job_state", "$2", "coalesce(started_at, $7)", "$2", "NULL",
+			   VQ_FINISHED_ROW("$8::vq.job_state", "$2", "coalesce(started_at, $7)", "$2", "$9",
 							   "coalesce($4, progress_total)", "coalesce($5, progress_succeeded)",
 							   "coalesce($6, progress_failed)")
 			   "  FROM moved)"
-			   " INSERT INTO vq.job_transition_data (execution_id, attempt_number, kind, from_state, to_state, at)"
-			   " SELECT execution_id, attempt_number, 'COMPLETED', $3::vq.job_state, 'COMPLETED', $2 FROM moved"
-			   " WHERE $3 OPERATOR(pg_catalog.=) 'RUNNING'",
-			   7, (Oid[]) {UUIDOID, TIMESTAMPTZOID, TEXTOID, INT8OID, INT8OID, INT8OID, TIMESTAMPTZOID}),
+			   " INSERT INTO vq.job_transition_data (execution_id, attempt_number, kind, from_state, to_state, error, at)"
+			   " SELECT execution_id, attempt_number, $8, $3::vq.job_state, $8::vq.job_state, $9, $2 FROM moved"
+			   " WHERE NOT ($8 OPERATOR(pg_catalog.=) 'COMPLETED' AND $3 OPERATOR(pg_catalog.=) 'ENQUEUED')",
+			   9, (Oid[]) {UUIDOID, TIMESTAMPTZOID, TEXTOID, INT8OID, INT8OID, INT8OID, TIMESTAMPTZOID, TEXTOID,
+			   TEXTOID}),
 		  values, nulls);
 }
 
@@ -177,7 +183,7 @@ void
 VqPersistCompleted(List *jobs, List *outcomes, TimestampTz now)
 {
 	if (list_length(jobs) == 1)
-		PersistOneCompleted(linitial(jobs), linitial(outcomes), now);
+		PersistOneEnded(linitial(jobs), linitial(outcomes), "COMPLETED", now);
 	else
 		PersistManyCompleted(jobs, outcomes, now);
 }
@@ -269,34 +275,9 @@ VqPersistFailure(VqJob *job, VqOutcome *outcome, VqQueue *queue, TimestampTz now
  * transition, whatever attempts are left.
  */
 void
-VqPersistCancelled(VqJob *job, VqOutcome *o, TimestampTz now)
+VqPersistCancelled(VqJob *job, VqOutcome *outcome, TimestampTz now)
 {
-	static SPIPlanPtr cancelled_plan = NULL;
-	Datum		values[7];
-	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
-
-	values[0] = UUIDPGetDatum(&job->execution_id);
-	values[1] = TimestampTzGetDatum(now);
-	values[2] = CStringGetTextDatum(job->running ? "RUNNING" : "ENQUEUED");
-	values[3] = CStringGetTextDatum(o->error ? o->error : "cancelled while running");
-	values[4] = Int64GetDatum(o->progress_total);
-	values[5] = Int64GetDatum(o->progress_succeeded);
-	values[6] = Int64GetDatum(o->progress_failed);
-	if (!o->has_progress)
-		nulls[4] = nulls[5] = nulls[6] = 'n';
-
-	Write(VqKeepPlan(&cancelled_plan,
-			   "WITH moved AS ("
-			   " DELETE FROM vq.job_active j WHERE j.execution_id OPERATOR(pg_catalog.=) $1 RETURNING j.*),"
-			   " finished AS (INSERT INTO vq.job_finished SELECT"
-			   VQ_FINISHED_ROW("'CANCELLED'::vq.job_state", "$2", "started_at", "$2", "$4",
-							   "coalesce($5, progress_total)", "coalesce($6, progress_succeeded)",
-							   "coalesce($7, progress_failed)")
-			   "  FROM moved)"
-			   " INSERT INTO vq.job_transition_data (execution_id, attempt_number, kind, from_state, to_state, error, at)"
-			   " SELECT execution_id, attempt_number, 'CANCELLED', $3::vq.job_state, 'CANCELLED', $4, $2 FROM moved",
-			   7, (Oid[]) {UUIDOID, TIMESTAMPTZOID, TEXTOID, TEXTOID, INT8OID, INT8OID, INT8OID}),
-		  values, nulls);
+	PersistOneEnded(job, outcome, "CANCELLED", now);
 }
 
 /*

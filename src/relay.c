@@ -631,7 +631,7 @@ ClaimRows(VqRegistry *registry, int limit, TimestampTz now)
 						 values, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "vq_job: claiming outbox rows failed");
 	rows = CopyRows(rows, &last);
-	VqRelayPositionEnd(VqMyDatabaseSlot, VqMyExecutorIndex, last > 0, last);
+	VqRelayPositionEnd(VqMyDatabaseSlot, VqMyExecutorIndex, last);
 	return rows;
 }
 

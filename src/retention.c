@@ -110,15 +110,15 @@ DeleteBatch(TimestampTz finished_before, TimestampTz dead_before)
 
 /*
  * Delete one batch of outbox rows: PUBLISHED ones published before
- * published_before, FAILED ones last updated before failed_before (NULL: kept);
- * returns how many.
+ * published_before, FAILED ones last updated before failed_before (each kept
+ * when its retention is -1); returns how many.
  */
 static uint64
-DeleteOutboxRows(TimestampTz published_before, bool keep_published, TimestampTz failed_before, bool keep_failed)
+DeleteOutboxRows(TimestampTz published_before, TimestampTz failed_before)
 {
 	static SPIPlanPtr plan = NULL;
 	Datum		values[3];
-	char		nulls[3] = {keep_published ? 'n' : ' ', keep_failed ? 'n' : ' ', ' '};
+	char		nulls[3] = {vq_retention_finished_s < 0 ? 'n' : ' ', vq_retention_outbox_failed_s < 0 ? 'n' : ' ', ' '};
 
 	values[0] = TimestampTzGetDatum(published_before);
 	values[1] = TimestampTzGetDatum(failed_before);
@@ -161,9 +161,7 @@ VqRunRetention(void)
 		deleted = DeleteBatch(now - (TimestampTz) Max(vq_retention_finished_s, 0) * USECS_PER_SEC,
 							  now - (TimestampTz) Max(vq_retention_dead_letter_s, 0) * USECS_PER_SEC);
 		deleted += DeleteOutboxRows(now - (TimestampTz) Max(vq_retention_finished_s, 0) * USECS_PER_SEC,
-									vq_retention_finished_s < 0,
-									now - (TimestampTz) Max(vq_retention_outbox_failed_s, 0) * USECS_PER_SEC,
-									vq_retention_outbox_failed_s < 0);
+									now - (TimestampTz) Max(vq_retention_outbox_failed_s, 0) * USECS_PER_SEC);
 		VqCommitTransaction();
 		if (deleted < RETENTION_BATCH ||
 			TimestampDifferenceExceeds(start, GetCurrentTimestamp(), RETENTION_BUDGET_MS))
