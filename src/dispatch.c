@@ -5,9 +5,12 @@
  * ('schema.fn(args)'), called through the function manager with a cached
  * FmgrInfo, inside its own subtransaction so its writes commit with the job's
  * outcome or roll back with its error. It runs:
- *  - as the role that enqueued the job (SECURITY_RESTRICTED_OPERATION: it can
- *    neither change role nor create temporary objects that outlive it), after
- *    re-checking that the role still exists and still has EXECUTE;
+ *  - as the role that enqueued the job, in a session that is that role's
+ *    (roles.c: session_user too; it cannot change role), after re-checking
+ *    that the role still exists and still has EXECUTE; its deferred
+ *    constraints and triggers are checked when it returns, and what it left
+ *    in the session is removed after it (session.c);
+ *  - named in pg_stat_activity (query and application_name) while it runs;
  *  - with search_path = vq.handler_search_path (plus pg_temp last), at a GUC
  *    nest level that ends with the job, where vq.context holds the job's
  *    metadata so jobs it enqueues inherit it;
@@ -31,6 +34,7 @@
 #include "executor/spi.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "pgstat.h"
 #include "postmaster/interrupt.h"
 #include "storage/latch.h"
 #include "tcop/tcopprot.h"
@@ -54,6 +58,7 @@
 #include "jobapi.h"
 #include "outcome.h"
 #include "roles.h"
+#include "session.h"
 #include "vq_job.h"
 
 /*
@@ -233,6 +238,26 @@ CheckRunPrivileges(VqJob *job, HandlerFunction *hf)
 						GetUserNameFromId(job->enqueued_by, false), job->address)));
 }
 
+/*
+ * Name the job where operators look: pg_stat_activity's query, and
+ * application_name (log_line_prefix %a; the executor's own name, then the
+ * execution id, attempt and handler, cut at 63 bytes; set inside the user
+ * code's GUC nest level, so it ends with the job).
+ */
+static void
+ShowJobIdentity(VqJob *job)
+{
+	char	   *uuid = DatumGetCString(DirectFunctionCall1(uuid_out, UUIDPGetDatum(&job->execution_id)));
+
+	pgstat_report_activity(STATE_RUNNING,
+						   psprintf("vq_job: handler %s, execution %s, attempt %d",
+									job->handler, uuid, job->attempt_number));
+	(void) set_config_option("application_name",
+							 psprintf("vq_job executor %d: %s/%d %s", VqMyExecutorIndex, uuid,
+									  job->attempt_number, job->handler),
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+}
+
 /* Call the handler (inside the subtransaction, as the enqueuing role). */
 static void
 CallHandler(VqJob *job, HandlerFunction *hf)
@@ -308,6 +333,7 @@ VqRunFunctionHandler(VqJob *job, VqOutcome *outcome)
 
 		CheckRunPrivileges(job, hf);
 		VqEnterUserCode(job->enqueued_by, &as_user);
+		ShowJobIdentity(job);
 		CallHandler(job, hf);
 		VqLeaveUserCode(&as_user);
 
@@ -350,6 +376,8 @@ VqRunFunctionHandler(VqJob *job, VqOutcome *outcome)
 	PG_END_TRY();
 
 	VqWatchEnd(outcome->kind == VQ_OUTCOME_COMPLETED);
+	outcome->ends_transaction = VqSessionCleanUp();
+	pgstat_report_activity(STATE_IDLE, "");
 
 	/*
 	 * A job asked to stop ends CANCELLED however its handler ended: returned

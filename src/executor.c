@@ -72,6 +72,7 @@
 #include "outcome.h"
 #include "relay.h"
 #include "retention.h"
+#include "roles.h"
 #include "spi_util.h"
 #include "vq_job.h"
 #include "wakeup.h"
@@ -433,9 +434,12 @@ ReleaseUnreached(List *jobs, int first)
 /*
  * Run a claimed batch in the open transaction: inline jobs one by one, until
  * a job must be claimed visibly (it is marked RUNNING and returned, to run
- * after the commit), time or subtransaction limits are reached, or shutdown is
- * requested. Failures are recorded at once, successes together at the end.
- * Jobs not reached are released (ReleaseUnreached).
+ * after the commit), time or subtransaction limits are reached, shutdown is
+ * requested, or a handler changed the transaction's constraint modes.
+ * Failures are recorded at once, successes together at the end. Jobs of
+ * another role than the first one run are not run here: jobs of different
+ * roles never share a transaction. They, and jobs not reached, are released
+ * (ReleaseUnreached).
  */
 static VqJob *
 RunBatch(List *jobs, VqQueue *queue, bool *ran_jobs)
@@ -444,6 +448,7 @@ RunBatch(List *jobs, VqQueue *queue, bool *ran_jobs)
 	List	   *done_outcomes = NIL;
 	int			writers = 0;
 	TimestampTz started = GetCurrentTimestamp();
+	Oid			batch_role = InvalidOid;
 	ListCell   *lc;
 
 	foreach(lc, jobs)
@@ -461,6 +466,11 @@ RunBatch(List *jobs, VqQueue *queue, bool *ran_jobs)
 			VqDispatchNotify(job, job->address + 7);
 			continue;
 		}
+		if (OidIsValid(batch_role) && job->enqueued_by != batch_role)
+		{
+			VqJobsEnqueuedAtCommit(job->queue, job->priority, job->scheduled_at, true);
+			continue;
+		}
 		*ran_jobs = true;
 		if (!RunsInline(job->handler))
 		{
@@ -470,6 +480,7 @@ RunBatch(List *jobs, VqQueue *queue, bool *ran_jobs)
 			ReleaseUnreached(jobs, foreach_current_index(lc) + 1);
 			return job;
 		}
+		batch_role = job->enqueued_by;
 		outcome = MemoryContextAllocZero(cycle_context, sizeof(VqOutcome));
 		VqRunFunctionHandler(job, outcome);
 		NoteDuration(job->handler, outcome->duration_us);
@@ -487,6 +498,11 @@ RunBatch(List *jobs, VqQueue *queue, bool *ran_jobs)
 		else
 			VqPersistFailure(job, outcome, queue, GetCurrentTimestamp());
 		VqFlushJobLogs(job);
+		if (outcome->ends_transaction)
+		{
+			ReleaseUnreached(jobs, foreach_current_index(lc) + 1);
+			break;
+		}
 	}
 	if (done != NIL)
 		VqPersistCompleted(done, done_outcomes, GetCurrentTimestamp());
@@ -660,7 +676,10 @@ SetUpExecutor(Datum arg)
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnectionByOid(VqMyDatabase, InvalidOid, 0);
 	snprintf(appname, sizeof(appname), "vq_job executor %d", VqMyExecutorIndex);
-	pgstat_report_appname(appname);
+	SetConfigOption("application_name", appname, PGC_SUSET, PGC_S_OVERRIDE);
+	StartTransactionCommand();
+	VqRecordSessionUser();
+	CommitTransactionCommand();
 
 	if (!AttachSlot())
 		return false;

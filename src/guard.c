@@ -29,6 +29,7 @@
 
 #include "compat.h"
 #include "guard.h"
+#include "session.h"
 #include "launcher.h"
 #include "wakeup.h"
 
@@ -166,6 +167,7 @@ VqProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 	Node	   *stmt = pstmt->utilityStmt;
 	Oid			dboid = DatabaseNeededAlone(stmt);
 
+	VqSessionNoteStatement(stmt);
 	if (OidIsValid(dboid))
 		VqRequestStop(dboid);
 	if (DropsThisExtension(stmt))

@@ -47,6 +47,7 @@ typedef struct VqOutcome
 	int64		duration_us;
 	TimestampTz started_at;		/* when the handler was called */
 	bool		wrote;			/* the handler's subtransaction got an XID */
+	bool		ends_transaction;	/* it changed the transaction's constraint modes (SET CONSTRAINTS) */
 	int64		progress_total;
 	int64		progress_succeeded;
 	int64		progress_failed;

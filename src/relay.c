@@ -48,6 +48,7 @@
 #include "dispatch.h"
 #include "relay.h"
 #include "roles.h"
+#include "session.h"
 #include "spi_util.h"
 #include "vq_job.h"
 #include "wakeup.h"
@@ -275,8 +276,8 @@ DeliverCustom(VqRegistry *registry, OutboxRow *row, char **message)
 					(errmsg("destination function %s returned NULL instead of a vq.publish_result",
 							format_procedure(dest->fn))));
 	}
+	VqLeaveUserCode(&as_user);	/* fires its deferred triggers: still under the timeout */
 	VqWatchEnd(true);
-	VqLeaveUserCode(&as_user);
 
 	rec = DatumGetHeapTupleHeader(result);
 	desc = lookup_rowtype_tupdesc(publish_result_type, -1);
@@ -295,9 +296,13 @@ DeliverCustom(VqRegistry *registry, OutboxRow *row, char **message)
 	return RELAY_RETRYABLE;
 }
 
-/* Deliver one row in a subtransaction; errors become RETRYABLE or PERMANENT. */
+/*
+ * Deliver one row in a subtransaction; errors become RETRYABLE or PERMANENT.
+ * *end_transaction: a destination function changed the transaction's
+ * constraint modes (see session.c).
+ */
 static RelayResult
-DeliverRow(VqRegistry *registry, OutboxRow *row, char **message)
+DeliverRow(VqRegistry *registry, OutboxRow *row, char **message, bool *end_transaction)
 {
 	MemoryContext caller_context = CurrentMemoryContext;
 	ResourceOwner caller_owner = CurrentResourceOwner;
@@ -347,6 +352,7 @@ DeliverRow(VqRegistry *registry, OutboxRow *row, char **message)
 		FreeErrorData(edata);
 	}
 	PG_END_TRY();
+	*end_transaction = VqSessionCleanUp();
 	return result;
 }
 
@@ -647,6 +653,8 @@ VqRelayBatch(VqRegistry *registry, int limit, TimestampTz now)
 	Datum	   *published;
 	int			npublished = 0;
 	int			nclaimed;
+	Oid			code_role = InvalidOid;
+	bool		end_transaction = false;
 	ListCell   *lc;
 
 	VqIndexScansEnd(level);
@@ -669,8 +677,11 @@ VqRelayBatch(VqRegistry *registry, int limit, TimestampTz now)
 		OutboxRow  *row = lfirst(lc);
 		char	   *message;
 		RelayResult result;
+		bool		user_code = strcmp(row->type, "DELAYED_JOB") != 0 && strcmp(row->type, "NOTIFY") != 0;
 
-		if (ShutdownRequestPending || foreach_current_index(lc) >= 60)
+		/* destination functions of different roles never share a transaction */
+		if (ShutdownRequestPending || foreach_current_index(lc) >= 60 || end_transaction ||
+			(user_code && OidIsValid(code_role) && row->published_by != code_role))
 		{
 			/* rows not reached stay PENDING (their locks go with the commit): the position goes back */
 			for_each_cell(lc, rows, lc)
@@ -680,7 +691,9 @@ VqRelayBatch(VqRegistry *registry, int limit, TimestampTz now)
 			}
 			break;
 		}
-		result = DeliverRow(registry, row, &message);
+		if (user_code)
+			code_role = row->published_by;
+		result = DeliverRow(registry, row, &message, &end_transaction);
 
 		if (result == RELAY_SUCCESS)
 			published[npublished++] = Int64GetDatum(row->id);

@@ -11,9 +11,11 @@
 #include "postgres.h"
 
 #include "miscadmin.h"
+#include "commands/trigger.h"
 #include "utils/guc.h"
 
 #include "roles.h"
+#include "session.h"
 #include "vq_job.h"
 
 /* Switch to userid, keeping the security context bits we had and adding extra ones. */
@@ -40,23 +42,54 @@ VqRestoreUser(VqSavedUser *saved)
 }
 
 /*
- * User code as role: SECURITY_RESTRICTED_OPERATION (no role change, no
- * temporary objects that outlive it), at a new GUC nest level with
- * search_path = vq.handler_search_path + pg_temp.
+ * A background worker connected without a user name starts with no
+ * session_authorization setting: record the session user in it (as a normal
+ * connection does), so that the value VqEnterUserCode saves restores this
+ * session user when user code ends. In a transaction (the check looks the
+ * role up).
+ */
+void
+VqRecordSessionUser(void)
+{
+	SetConfigOption("session_authorization", GetUserNameFromId(GetSessionUserId(), false),
+					PGC_SUSET, PGC_S_OVERRIDE);
+}
+
+/*
+ * User code as role, in a session that is the role's: session_user,
+ * current_user and is_superuser are the role's (set at a new GUC nest level,
+ * so they end with the code, as its own SETs do), and
+ * SECURITY_LOCAL_USERID_CHANGE forbids SET ROLE and SET SESSION AUTHORIZATION
+ * (the executor connected as a superuser: those would regain its rights).
+ * Not a security-restricted operation: deferred constraints and triggers
+ * must be able to fire, and what a handler leaves in the session is removed
+ * after the job instead (session.c). search_path = vq.handler_search_path +
+ * pg_temp.
  */
 void
 VqEnterUserCode(Oid role, VqSavedUser *saved)
 {
-	SwitchUser(role, SECURITY_RESTRICTED_OPERATION, saved);
+	GetUserIdAndSecContext(&saved->userid, &saved->sec_context);
+	Assert(saved->sec_context == 0);
 	saved->gucnestlevel = NewGUCNestLevel();
+	(void) set_config_option("session_authorization", GetUserNameFromId(role, false),
+							 PGC_SUSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	SetUserIdAndSecContext(role, SECURITY_LOCAL_USERID_CHANGE);
 	(void) set_config_option("search_path", psprintf("%s, pg_temp", vq_handler_search_path),
 							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	VqSessionUserCodeBegins(role);
 }
 
-/* Back from user code: whatever it SET (even without LOCAL) ends with it; restore the user. */
+/*
+ * Back from user code that returned: its deferred constraints and triggers
+ * are checked now, as its own (an error is the code's error); whatever it SET
+ * (even without LOCAL) ends with it; the session and current user are ours
+ * again.
+ */
 void
 VqLeaveUserCode(VqSavedUser *saved)
 {
-	AtEOXact_GUC(false, saved->gucnestlevel);
+	AfterTriggerFireDeferred();
 	SetUserIdAndSecContext(saved->userid, saved->sec_context);
+	AtEOXact_GUC(false, saved->gucnestlevel);
 }

@@ -20,11 +20,15 @@ extern void VqBecomeOwner(Oid owner, VqSavedUser *saved);
 /* Back from VqBecomeOwner. */
 extern void VqRestoreUser(VqSavedUser *saved);
 
+/* Record the session user in session_authorization (executors, once, in a transaction). */
+extern void VqRecordSessionUser(void);
+
 /*
- * User code (a handler, a destination function) as role: a security-
- * restricted operation at a new GUC nest level, with search_path =
- * vq.handler_search_path + pg_temp; and back. (An error rolls the switch back
- * with the (sub)transaction.)
+ * User code (a handler, a destination function) as role, in a session that is
+ * the role's (session_user too), at a new GUC nest level, with search_path =
+ * vq.handler_search_path + pg_temp; and back, firing its deferred triggers
+ * first. (An error rolls the switch back with the (sub)transaction.) Call
+ * VqSessionCleanUp after the (sub)transaction ends.
  */
 extern void VqEnterUserCode(Oid role, VqSavedUser *saved);
 extern void VqLeaveUserCode(VqSavedUser *saved);

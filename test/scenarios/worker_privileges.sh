@@ -9,8 +9,8 @@
 #   3. EXECUTE is re-checked at run time: revoked from A after the enqueue -> FAILED (error names
 #      EXECUTE), retried after the backoff, and the retry succeeds once EXECUTE is granted again;
 #      revoked from PUBLIC and never granted back -> FAILED then DEAD_LETTER (max_attempts 2).
-#   4. no escalation: SET ROLE, SET SESSION AUTHORIZATION and CREATE TEMP TABLE in a handler
-#      fail (security-restricted operation).
+#   4. no escalation: SET ROLE and SET SESSION AUTHORIZATION in a handler fail (the executor
+#      connected as a superuser; job_session.sh covers the rest of the per-job session).
 #   5. the enqueuing role is dropped before its job is due (the row holds only its OID): the
 #      attempt fails with "role ... no longer exists"; nothing runs as anyone else.
 #   6. isolation between jobs: settings a handler changes for its session (set_config(..., false):
@@ -93,8 +93,6 @@ CREATE FUNCTION wp_set_role(p jsonb) RETURNS void LANGUAGE plpgsql AS \$\$
 BEGIN SET ROLE postgres; END \$\$;
 CREATE FUNCTION wp_set_session_auth(p jsonb) RETURNS void LANGUAGE plpgsql AS \$\$
 BEGIN SET SESSION AUTHORIZATION postgres; END \$\$;
-CREATE FUNCTION wp_temp(p jsonb) RETURNS void LANGUAGE plpgsql AS \$\$
-BEGIN CREATE TEMP TABLE wp_tmp (x int); END \$\$;
 CREATE FUNCTION wp_leak(p jsonb) RETURNS void LANGUAGE plpgsql AS \$\$
 BEGIN
     PERFORM set_config('work_mem', '7MB', false);
@@ -106,7 +104,7 @@ END \$\$;
 
 SELECT vq_register_handler(h, (h || '(jsonb)')::regprocedure, queue => '$QUEUE')
   FROM unnest(ARRAY['wp_record', 'wp_guarded', 'wp_public', 'wp_child', 'wp_read_authid',
-                    'wp_write_secret', 'wp_set_role', 'wp_set_session_auth', 'wp_temp',
+                    'wp_write_secret', 'wp_set_role', 'wp_set_session_auth',
                     'wp_leak']) AS h;
 SQL
 
@@ -213,7 +211,6 @@ check_refused() { # HANDLER ERROR-REGEX
 }
 check_refused wp_set_role 'cannot set parameter "role"'
 check_refused wp_set_session_auth 'cannot set parameter "session_authorization"'
-check_refused wp_temp 'cannot create temporary table within security-restricted operation'
 
 # ---------------------------------------------------------------------------
 log "5. the enqueuing role is dropped before its job is due"

@@ -112,7 +112,7 @@ q "SELECT cardinality(vq_enqueue_many('half', array_agg(jsonb_build_object('i', 
 wait_for "SELECT EXISTS (SELECT 1 FROM vq.job j JOIN pg_stat_activity a ON a.pid = j.worker_pid
                      WHERE j.handler = 'half' AND j.state = 'RUNNING' AND a.wait_event = 'PgSleep')" 15 \
     "(b) a 'half' job RUNNING in pg_sleep"
-IFS='|' read -r b_id b_pid b_app < <(q "SELECT j.execution_id, j.worker_pid, a.application_name
+IFS='|' read -r b_id b_pid b_app < <(q "SELECT j.execution_id, j.worker_pid, split_part(a.application_name, ':', 1)
                                          FROM vq.job j JOIN pg_stat_activity a ON a.pid = j.worker_pid
                                         WHERE j.handler = 'half' AND j.state = 'RUNNING' LIMIT 1")
 t_term="$(now_s)"
