@@ -138,7 +138,7 @@ CREATE TABLE vq.job_transition_data (
     execution_id    uuid NOT NULL,
     attempt_number  integer NOT NULL,
     kind            text NOT NULL CONSTRAINT job_transition_kind_known CHECK (kind IN
-                    ('CLAIMED', 'COMPLETED', 'FAILED', 'ABANDONED', 'CANCELLED', 'REDRIVEN')),
+                    ('CLAIMED', 'COMPLETED', 'FAILED', 'ABANDONED', 'INTERRUPTED', 'CANCELLED', 'REDRIVEN')),
     from_state      vq.job_state NOT NULL,
     to_state        vq.job_state NOT NULL,
     error           text,

@@ -15,10 +15,12 @@
  *    nest level that ends with the job, where vq.context holds the job's
  *    metadata so jobs it enqueues inherit it;
  *  - under one timeout, armed for vq.execution_timeout_ms, that cancels it
- *    (the job is then ABANDONED, with its logs). When the executor is being
+ *    (the job is then ABANDONED, with its logs); if it is still running
+ *    VQ_HARD_TIMEOUT_AFTER_MS later (it caught the cancel), the process
+ *    terminates itself and the job is recorded ABANDONED as it exits. When the executor is being
  *    stopped, the launcher cancels the handler once vq.shutdown_grace_ms has
- *    passed (SIGINT); the job is then ABANDONED too, and the executor exits
- *    after committing. Outside user code, a cancel is ignored: it is meant
+ *    passed (SIGINT); the job is then INTERRUPTED (back in line, its attempt
+ *    not consumed), and the executor exits after committing. Outside user code, a cancel is ignored: it is meant
  *    for the handler, never for vq_job's own bookkeeping.
  *
  * A NOTIFY handler's job is committed as RUNNING (with no executor: only its
@@ -81,6 +83,7 @@ typedef struct HandlerFunction
 static HTAB *functions = NULL;
 static uint64 functions_generation = 1;
 static TimeoutId watch_timeout;
+static TimeoutId hard_timeout;
 static Oid	job_context_type = InvalidOid;
 
 /* Set while user code runs; read by the signal handler and the timeout. */
@@ -97,6 +100,24 @@ ExecutionTimeoutReached(void)
 		job_timed_out = true;
 		InterruptPending = true;
 		QueryCancelPending = true;
+	}
+	SetLatch(MyLatch);
+}
+
+/*
+ * VQ_HARD_TIMEOUT_AFTER_MS after the execution timeout, the user code is
+ * still running: it caught the cancel (EXCEPTION WHEN query_canceled), which
+ * nothing in PL/pgSQL can do with a termination. Terminate the process at its
+ * next interrupt check (as SIGTERM does to a backend); the launcher replaces
+ * it, and the exit records the job (executor.c).
+ */
+static void
+HardTimeoutReached(void)
+{
+	if (in_user_code && job_timed_out)
+	{
+		ProcDiePending = true;
+		InterruptPending = true;
 	}
 	SetLatch(MyLatch);
 }
@@ -118,7 +139,10 @@ VqWatchBegin(void)
 	job_timed_out = false;
 	in_user_code = true;
 	if (vq_execution_timeout_ms > 0)
+	{
 		enable_timeout_after(watch_timeout, vq_execution_timeout_ms);
+		enable_timeout_after(hard_timeout, vq_execution_timeout_ms + VQ_HARD_TIMEOUT_AFTER_MS);
+	}
 }
 
 /* Disarm it; when the user code returned normally, a cancel that came too late is dropped. */
@@ -127,8 +151,23 @@ VqWatchEnd(bool returned_normally)
 {
 	in_user_code = false;
 	disable_timeout(watch_timeout, false);
+	disable_timeout(hard_timeout, false);
 	if (returned_normally)
 		QueryCancelPending = false;
+}
+
+/* Is user code running now (a handler, a destination function)? */
+bool
+VqInUserCode(void)
+{
+	return in_user_code;
+}
+
+/* Did the execution timeout fire for the user code that ran last (or runs now)? */
+bool
+VqUserCodeTimedOut(void)
+{
+	return job_timed_out;
 }
 
 /*
@@ -153,6 +192,7 @@ VqDispatchInit(void)
 	functions = hash_create("vq_job handler functions", 64, &ctl, HASH_ELEM | HASH_STRINGS);
 	CacheRegisterSyscacheCallback(PROCOID, HandlerFunctionsChanged, (Datum) 0);
 	watch_timeout = RegisterTimeout(USER_TIMEOUT, ExecutionTimeoutReached);
+	hard_timeout = RegisterTimeout(USER_TIMEOUT, HardTimeoutReached);
 	pqsignal(SIGINT, CancelUserCode);
 }
 
@@ -362,8 +402,8 @@ VqRunFunctionHandler(VqJob *job, VqOutcome *outcome)
 		}
 		else if (ShutdownRequestPending && edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
 		{
-			outcome->kind = VQ_OUTCOME_ABANDONED;
-			outcome->error = psprintf("executor shutting down: handler still running after vq.shutdown_grace_ms (%d ms)",
+			outcome->kind = VQ_OUTCOME_INTERRUPTED;
+			outcome->error = psprintf("interrupted by a stop: handler still running after vq.shutdown_grace_ms (%d ms); the attempt does not count",
 									  vq_shutdown_grace_ms);
 		}
 		else

@@ -25,4 +25,13 @@ extern void VqDispatchNotify(VqJob *job, const char *channel);
 extern void VqWatchBegin(void);
 extern void VqWatchEnd(bool returned_normally);
 
+/* How long user code that caught the timeout's cancel may go on before its process ends. */
+#define VQ_HARD_TIMEOUT_AFTER_MS 2000
+
+/* Is user code running now (a handler, a destination function)? */
+extern bool VqInUserCode(void);
+
+/* Did the execution timeout fire for the user code that ran last (or runs now)? */
+extern bool VqUserCodeTimedOut(void);
+
 #endif							/* VQ_DISPATCH_H */

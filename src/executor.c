@@ -193,6 +193,55 @@ DetachSlot(int code, Datum arg)
 	VqWakeLauncher();
 }
 
+/*
+ * What the process was running when it exits, and what that must cost:
+ *  - an orderly stop (SIGTERM came first; the handler ignored the cancel, so
+ *    the launcher terminated the process): a job claimed visibly goes back in
+ *    line with its attempt unchanged (INTERRUPTED);
+ *  - a hard timeout (the code caught the timeout's cancel, dispatch.c): the
+ *    job is ABANDONED (its attempt counts), or the outbox row retried, as if
+ *    the cancel had worked;
+ *  - anything else (a crash-like exit): nothing here; the orphan rescue
+ *    abandons a job claimed visibly.
+ * An inline job's claim rolls back with the transaction.
+ */
+static void
+RecordCutWorkAtExit(int code, Datum arg)
+{
+	VqJob	   *job = VqCurrentJob();
+	VqOutcome	outcome;
+
+	if (!VqInUserCode())
+		return;
+	memset(&outcome, 0, sizeof(outcome));
+	if (ShutdownRequestPending && job != NULL && job->running && !VqUserCodeTimedOut())
+	{
+		outcome.kind = VQ_OUTCOME_INTERRUPTED;
+		outcome.error = "interrupted by a stop: the handler ignored the cancel and its executor was terminated; the attempt does not count";
+	}
+	else if (VqUserCodeTimedOut())
+	{
+		outcome.kind = VQ_OUTCOME_ABANDONED;
+		outcome.error = psprintf("execution timed out after %d ms; the handler ignored the cancel, so its executor was terminated %d ms later",
+								 vq_execution_timeout_ms, VQ_HARD_TIMEOUT_AFTER_MS);
+	}
+	else
+		return;
+
+	/* (an error here, during exit, ends the process at once: the orphan rescue is the fallback) */
+	AbortOutOfAnyTransaction();
+	VqBeginTransaction();
+	if (job != NULL)
+	{
+		ereport(LOG, (errmsg("vq_job executor %d: %s (handler %s)", VqMyExecutorIndex, outcome.error, job->handler)));
+		(void) VqPersistFailure(job, &outcome, NULL, GetCurrentTimestamp());
+		VqFlushJobLogs(job);
+	}
+	else
+		(void) VqRelayRecordCutDelivery();
+	VqCommitTransaction();
+}
+
 /* The version of vq_job installed in this database, or NULL when it is not installed. */
 static char *
 InstalledVersion(void)
@@ -684,6 +733,7 @@ SetUpExecutor(Datum arg)
 	if (!AttachSlot())
 		return false;
 	before_shmem_exit(DetachSlot, (Datum) 0);
+	before_shmem_exit(RecordCutWorkAtExit, (Datum) 0);	/* runs first */
 
 	/* vq_job's own statements are schema-qualified; nothing should come from elsewhere. */
 	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);

@@ -35,14 +35,15 @@ typedef enum VqOutcomeKind
 {
 	VQ_OUTCOME_COMPLETED,
 	VQ_OUTCOME_FAILED,			/* the handler raised an error: consumes an attempt */
-	VQ_OUTCOME_ABANDONED,		/* interrupted (timeout, dead executor, stop): also consumes an attempt */
+	VQ_OUTCOME_ABANDONED,		/* cut by the timeout, or its executor died: also consumes an attempt */
+	VQ_OUTCOME_INTERRUPTED,		/* cut by an orderly stop: back in line, the attempt not consumed */
 	VQ_OUTCOME_CANCELLED		/* vq_cancel asked while it ran: ends CANCELLED, never retried */
 } VqOutcomeKind;
 
 typedef struct VqOutcome
 {
 	VqOutcomeKind kind;
-	char	   *error;			/* FAILED / ABANDONED / CANCELLED (what the handler raised, if it did) */
+	char	   *error;			/* FAILED / ABANDONED / INTERRUPTED / CANCELLED (what the handler raised, if it did) */
 	bool		permanent;		/* FAILED for good: no retry whatever the attempts left */
 	int64		duration_us;
 	TimestampTz started_at;		/* when the handler was called */

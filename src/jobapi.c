@@ -112,6 +112,12 @@ VqJobApiEnd(VqOutcome *outcome)
 	current_job = NULL;
 }
 
+VqJob *
+VqCurrentJob(void)
+{
+	return current_job;
+}
+
 /* Write the job's buffered log lines (in the caller's transaction, connected to SPI). */
 void
 VqFlushJobLogs(VqJob *job)

@@ -13,6 +13,9 @@ extern void VqJobApiBegin(VqJob *job);
 /* It ends: take its progress into the outcome, unpublish it. */
 extern void VqJobApiEnd(VqOutcome *outcome);
 
+/* The job this executor runs now (NULL between jobs). */
+extern VqJob *VqCurrentJob(void);
+
 /* Has vq_cancel asked the job this executor runs now to stop? */
 extern bool VqJobCancelRequested(void);
 

@@ -18,10 +18,11 @@
  * alone, see guard.c) or the launcher's own shutdown stops them the same
  * way: SIGTERM; an executor then claims nothing more, lets its running
  * handler finish, records the outcome and exits. A handler still running
- * vq.shutdown_grace_ms later is cancelled (SIGINT: the job is recorded as cut
- * by the stop), and an executor still alive SHUTDOWN_DIE_AFTER_MS after that
- * is told to die (SIGUSR2; its job is rescued when executors run again). The launcher restarts an executor that exited (at most once a
- * second), which also restarts everything after a crash; on start, the
+ * vq.shutdown_grace_ms later is cancelled (SIGINT: the job is recorded
+ * INTERRUPTED, its attempt not consumed), and an executor still alive
+ * SHUTDOWN_DIE_AFTER_MS after that is told to die (SIGUSR2; it records its job
+ * INTERRUPTED as it exits). The launcher restarts an executor that exited (at
+ * most once a second), which also restarts everything after a crash; on start, the
  * executors rescue jobs left RUNNING by dead processes. While the server is
  * in recovery (a hot standby) it starts nothing; after promotion it serves as
  * usual.

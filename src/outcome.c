@@ -189,25 +189,30 @@ VqPersistCompleted(List *jobs, List *outcomes, TimestampTz now)
 }
 
 /*
- * Record a failure or an abandonment: re-enqueue when an attempt remains,
- * else dead-letter; one transition (FAILED or ABANDONED) either way. Only if
- * the row is still as the caller saw it (its state, its attempt, and its
- * updated_at when job->updated_at is set); returns whether it was.
+ * Record a failure, an abandonment or an interruption: re-enqueue when an
+ * attempt remains, else dead-letter; one transition (FAILED, ABANDONED or
+ * INTERRUPTED) either way. An interrupted job (cut by an orderly stop) is
+ * always re-enqueued with its attempt unchanged: a restart costs nothing.
+ * Only if the row is still as the caller saw it (its state, its attempt, and
+ * its updated_at when job->updated_at is set); returns whether it was.
  */
 bool
 VqPersistFailure(VqJob *job, VqOutcome *outcome, VqQueue *queue, TimestampTz now)
 {
 	static const Oid failure_types[11] = {UUIDOID, TEXTOID, INT4OID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID,
 	TIMESTAMPTZOID, INT4OID, TEXTOID, TEXTOID, TIMESTAMPTZOID};
-	bool		retry = job->attempt_number + 1 < job->max_attempts && !outcome->permanent;
+	bool		interrupted = outcome->kind == VQ_OUTCOME_INTERRUPTED;
+	bool		retry = interrupted || (job->attempt_number + 1 < job->max_attempts && !outcome->permanent);
+	bool		keeps_place = interrupted || outcome->kind == VQ_OUTCOME_ABANDONED;
 	TimestampTz next_at = now;
 	Datum		values[11];
 	char		nulls[11] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	uint64		written;
 
 	/*
-	 * A failure waits for its backoff; an abandoned job keeps its scheduled_at,
-	 * so it is claimed again at once, ahead of the jobs that were due after it.
+	 * A failure waits for its backoff; an abandoned or interrupted job keeps
+	 * its scheduled_at, so it is claimed again at once, ahead of the jobs that
+	 * were due after it.
 	 */
 	if (retry && outcome->kind == VQ_OUTCOME_FAILED)
 	{
@@ -220,15 +225,16 @@ VqPersistFailure(VqJob *job, VqOutcome *outcome, VqQueue *queue, TimestampTz now
 
 	values[0] = UUIDPGetDatum(&job->execution_id);
 	values[1] = CStringGetTextDatum(retry ? "ENQUEUED" : "DEAD_LETTER");
-	values[2] = Int32GetDatum(retry ? job->attempt_number + 1 : job->attempt_number);
+	values[2] = Int32GetDatum(retry && !interrupted ? job->attempt_number + 1 : job->attempt_number);
 	values[3] = TimestampTzGetDatum(next_at);
-	nulls[3] = (outcome->kind == VQ_OUTCOME_ABANDONED) ? 'n' : ' ';
+	nulls[3] = keeps_place ? 'n' : ' ';
 	values[4] = CStringGetTextDatum(outcome->error ? outcome->error : "unknown error");
 	values[5] = TimestampTzGetDatum(now);
 	nulls[5] = retry ? 'n' : ' ';	/* finished_at */
 	values[6] = TimestampTzGetDatum(now);
 	values[7] = Int32GetDatum(job->attempt_number);
-	values[8] = CStringGetTextDatum(outcome->kind == VQ_OUTCOME_ABANDONED ? "ABANDONED" : "FAILED");
+	values[8] = CStringGetTextDatum(interrupted ? "INTERRUPTED" :
+									outcome->kind == VQ_OUTCOME_ABANDONED ? "ABANDONED" : "FAILED");
 	values[9] = CStringGetTextDatum(job->running ? "RUNNING" : "ENQUEUED");
 	values[10] = TimestampTzGetDatum(job->updated_at);
 	nulls[10] = job->updated_at == 0 ? 'n' : ' ';
@@ -264,8 +270,7 @@ VqPersistFailure(VqJob *job, VqOutcome *outcome, VqQueue *queue, TimestampTz now
 
 	/* the retry is a due time the executors must not sleep past */
 	if (written > 0 && retry)
-		VqJobsEnqueuedAtCommit(job->queue, job->priority,
-							   outcome->kind == VQ_OUTCOME_ABANDONED ? job->scheduled_at : next_at, true);
+		VqJobsEnqueuedAtCommit(job->queue, job->priority, keeps_place ? job->scheduled_at : next_at, true);
 	return written > 0;
 }
 

@@ -57,6 +57,9 @@
 #define RELAY_BACKOFF_BASE_MS 1000
 #define RELAY_BACKOFF_MAX_MS 300000
 
+/* The row whose destination function runs now (NULL: none). */
+static struct OutboxRow *delivering = NULL;
+
 typedef enum RelayResult
 {
 	RELAY_SUCCESS,
@@ -255,6 +258,7 @@ DeliverCustom(VqRegistry *registry, OutboxRow *row, char **message)
 
 	/* like a handler: as the publisher, under the execution timeout and the shutdown grace */
 	VqEnterUserCode(row->published_by, &as_user);
+	delivering = row;
 	VqWatchBegin();
 	{
 		LOCAL_FCINFO(fcinfo, 4);
@@ -278,6 +282,7 @@ DeliverCustom(VqRegistry *registry, OutboxRow *row, char **message)
 	}
 	VqLeaveUserCode(&as_user);	/* fires its deferred triggers: still under the timeout */
 	VqWatchEnd(true);
+	delivering = NULL;
 
 	rec = DatumGetHeapTupleHeader(result);
 	desc = lookup_rowtype_tupdesc(publish_result_type, -1);
@@ -339,6 +344,7 @@ DeliverRow(VqRegistry *registry, OutboxRow *row, char **message, bool *end_trans
 		ErrorData  *edata;
 
 		VqWatchEnd(false);		/* a destination function may have been cut short */
+		delivering = NULL;
 		MemoryContextSwitchTo(caller_context);
 		edata = CopyErrorData();
 		FlushErrorState();
@@ -391,6 +397,25 @@ RecordUndelivered(OutboxRow *row, RelayResult result, const char *message, Times
 			elog(ERROR, "vq_job: recording an outbox retry failed");
 		VqWakeAtCommit(DatumGetTimestampTz(values[3]));
 	}
+}
+
+/*
+ * The process ends while a destination function runs, because it caught the
+ * execution timeout's cancel (dispatch.c): in a new transaction, record its
+ * row as a retryable failure, as an error would have been. Returns whether
+ * there was such a row.
+ */
+bool
+VqRelayRecordCutDelivery(void)
+{
+	if (delivering == NULL)
+		return false;
+	RecordUndelivered(delivering, RELAY_RETRYABLE,
+					  psprintf("destination function still running %d ms after the execution timeout (%d ms) cancelled it; its executor was terminated",
+							   VQ_HARD_TIMEOUT_AFTER_MS, vq_execution_timeout_ms),
+					  GetCurrentTimestamp());
+	delivering = NULL;
+	return true;
 }
 
 /*

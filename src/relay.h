@@ -9,4 +9,11 @@
 /* Relay one batch of due outbox rows in the caller's transaction; returns the rows handled. */
 extern int	VqRelayBatch(VqRegistry *registry, int limit, TimestampTz now);
 
+/*
+ * At exit after a hard timeout: record the row whose destination function was
+ * running as a retryable failure (in the caller's transaction, connected to
+ * SPI); false when there was none.
+ */
+extern bool VqRelayRecordCutDelivery(void);
+
 #endif							/* VQ_RELAY_H */

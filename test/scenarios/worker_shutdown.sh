@@ -8,11 +8,15 @@
 #   (b) pg_terminate_backend() on one executor while it runs a 0.5 s job: the executor finishes
 #       that job (COMPLETED, not ABANDONED) and exits; the launcher starts a new process for the
 #       same executor number within 3 s; every job completes, none is lost or run twice.
-#   (c) a handler longer than the grace (pg_sleep(30)) with vq.shutdown_grace_ms = 1000:
-#       pg_ctl stop -m fast returns within 5 s; the handler is cancelled at the end of the
-#       grace and the job ABANDONED (error naming the shutdown grace), re-enqueued and run again (a flag flipped while the first attempt
-#       sleeps makes the second one fast) and COMPLETED; the first attempt's vq_log line is
-#       kept (logs are flushed on every ending path, stop included).
+#   (c) a handler longer than the grace (pg_sleep(30)), on its last attempt (max_attempts 1),
+#       with vq.shutdown_grace_ms = 1000: pg_ctl stop -m fast returns within 5 s; the handler is
+#       cancelled at the end of the grace and the job INTERRUPTED: back to ENQUEUED with its
+#       attempt unchanged (a stop costs no attempt), run again after the restart (a flag
+#       flipped while the first run sleeps makes the second one fast) and COMPLETED; the first
+#       run's vq_log line is kept (logs are flushed on every ending path, stop included).
+#   (d) the same with a handler that catches the cancel and sleeps again: the launcher
+#       terminates its executor 2 s after the cancel; the job is still INTERRUPTED (recorded as
+#       the process exits), not dead-lettered; the stop takes at most 7 s.
 # Runs against $PGDATABASE (a fresh database with vq_job); exits non-zero on failure.
 set -euo pipefail
 # shellcheck source=test/scenarios/lib/common.sh
@@ -150,52 +154,64 @@ n="$(q "SELECT count(*) FROM vq.job_transition t JOIN vq.job j USING (execution_
 ((n == 8)) || fail "(b) expected 8 COMPLETED transitions, found $n"
 
 # ---------------------------------------------------------------------------
-log "(c) a 30 s handler with vq.shutdown_grace_ms = 1000"
+log "(c) a 30 s handler on its last attempt, vq.shutdown_grace_ms = 1000"
 set_config vq.shutdown_grace_ms 1000
 q "CREATE FUNCTION sd_long(p jsonb, ctx vq.job_context) RETURNS void LANGUAGE plpgsql AS \$\$
    BEGIN
        PERFORM vq_log('INFO', 'long: attempt ' || ctx.attempt_number);
        IF (SELECT slow FROM public.sd_flag) THEN
+           IF (p ->> 'stubborn')::boolean THEN
+               LOOP
+                   BEGIN PERFORM pg_sleep(30); EXCEPTION WHEN query_canceled THEN NULL; END;
+               END LOOP;
+           END IF;
            PERFORM pg_sleep(30);
        END IF;
        INSERT INTO public.sd_effect (execution_id, attempt_number) VALUES (ctx.execution_id, ctx.attempt_number);
    END \$\$" >/dev/null
 q "SELECT vq_register_handler('long', 'sd_long(jsonb, vq.job_context)', queue => 'sd')" >/dev/null
-c_id="$(q "SELECT vq_enqueue('long', '{}')")"
-wait_for "SELECT EXISTS (SELECT 1 FROM vq.job j JOIN pg_stat_activity a ON a.pid = j.worker_pid
-                     WHERE j.execution_id = '$c_id' AND j.state = 'RUNNING' AND a.wait_event = 'PgSleep')" 15 \
-    "(c) job $c_id RUNNING in pg_sleep"
-c_pid="$(q "SELECT worker_pid FROM vq.job WHERE execution_id = '$c_id'")"
-q "UPDATE sd_flag SET slow = false" >/dev/null   # the first attempt has read it already
-stop_fast
-log "(c) server stopped in ${STOP_SECS} s (vq.shutdown_grace_ms = 1000)"
-start_server
-awk -v s="$STOP_SECS" 'BEGIN { exit !(s <= 5) }' ||
-    fail_later "(c) pg_ctl stop -m fast took ${STOP_SECS} s with a 1 s grace, expected <= 5 s"
 
-wait_for "SELECT state NOT IN ('ENQUEUED', 'RUNNING') FROM vq.job WHERE execution_id = '$c_id'" 20 \
-    "(c) job $c_id to end"
-tr_c="$(transition_kinds "$c_id")"
-log "(c) job $c_id: $(q "SELECT state FROM vq.job WHERE execution_id = '$c_id'"), transitions: $tr_c"
-[[ "$tr_c" == "CLAIMED/0 ABANDONED/0 CLAIMED/1 COMPLETED/1" ]] ||
-    fail "(c) expected CLAIMED/0 ABANDONED/0 CLAIMED/1 COMPLETED/1, found: $tr_c"
-[[ "$(q "SELECT state FROM vq.job WHERE execution_id = '$c_id'")" == COMPLETED ]] ||
-    fail "(c) expected job $c_id COMPLETED"
-err="$(q "SELECT from_state || ' -> ' || to_state || ': ' || coalesce(error, '<null>') FROM vq.job_transition
-           WHERE execution_id = '$c_id' AND kind = 'ABANDONED'")"
-log "(c) ABANDONED: $err"
-[[ "$err" == "RUNNING -> ENQUEUED: "*"shutting down"*"vq.shutdown_grace_ms"* ]] ||
-    fail "(c) the ABANDONED transition should go RUNNING -> ENQUEUED with an error saying the executor was shutting down past vq.shutdown_grace_ms, found: $err"
-e="$(q "SELECT string_agg(attempt_number::text, ',') FROM sd_effect WHERE execution_id = '$c_id'")"
-[[ "$e" == 1 ]] || fail "(c) expected one effect row, from attempt 1, found attempts: '$e'"
-logs_c="$(q "SELECT string_agg(attempt_number || ':' || message, ', ' ORDER BY id) FROM vq.job_log
-              WHERE execution_id = '$c_id'")"
-log "(c) vq_log lines: $logs_c"
-[[ "$logs_c" == *"1:long: attempt 1"* ]] || fail "(c) the completed attempt's log line is missing: '$logs_c'"
-[[ "$logs_c" == "0:long: attempt 0, 1:long: attempt 1" ]] ||
-    fail_later "(c) the log line the first attempt wrote before the shutdown should be kept (logs are flushed on every ending path, stop included), found: '$logs_c'"
-n="$(q "SELECT count(*) FROM vq.job WHERE state = 'RUNNING'")"
-((n == 0)) || fail "(c) $n job(s) left RUNNING"
+# stop_while_long TAG PAYLOAD MAX_STOP_SECS: run a 'long' job (max_attempts 1) into pg_sleep, stop
+# the server fast, restart; the job must come back with its attempt unchanged and complete.
+stop_while_long() {
+    local tag="$1" payload="$2" max_secs="$3" id tr err e logs
+    q "UPDATE sd_flag SET slow = true" >/dev/null
+    id="$(q "SELECT vq_enqueue('long', '$payload', max_attempts => 1)")"
+    wait_for "SELECT EXISTS (SELECT 1 FROM vq.job j JOIN pg_stat_activity a ON a.pid = j.worker_pid
+                         WHERE j.execution_id = '$id' AND j.state = 'RUNNING' AND a.wait_event = 'PgSleep')" 15 \
+        "($tag) job $id RUNNING in pg_sleep"
+    q "UPDATE sd_flag SET slow = false" >/dev/null   # the first run has read it already
+    stop_fast
+    log "($tag) server stopped in ${STOP_SECS} s (vq.shutdown_grace_ms = 1000)"
+    start_server
+    awk -v s="$STOP_SECS" -v m="$max_secs" 'BEGIN { exit !(s <= m) }' ||
+        fail_later "($tag) pg_ctl stop -m fast took ${STOP_SECS} s with a 1 s grace, expected <= $max_secs s"
+
+    wait_for "SELECT state NOT IN ('ENQUEUED', 'RUNNING') FROM vq.job WHERE execution_id = '$id'" 20 \
+        "($tag) job $id to end"
+    tr="$(transition_kinds "$id")"
+    log "($tag) job $id: $(q "SELECT state FROM vq.job WHERE execution_id = '$id'"), transitions: $tr"
+    [[ "$tr" == "CLAIMED/0 INTERRUPTED/0 CLAIMED/0 COMPLETED/0" ]] ||
+        fail "($tag) expected CLAIMED/0 INTERRUPTED/0 CLAIMED/0 COMPLETED/0 (a stop costs no attempt: the job was on its last one), found: $tr"
+    err="$(q "SELECT from_state || ' -> ' || to_state || ': ' || coalesce(error, '<null>') FROM vq.job_transition
+               WHERE execution_id = '$id' AND kind = 'INTERRUPTED'")"
+    log "($tag) INTERRUPTED: $err"
+    [[ "$err" == "RUNNING -> ENQUEUED: interrupted by a stop"*"attempt does not count" ]] ||
+        fail "($tag) the INTERRUPTED transition should go RUNNING -> ENQUEUED saying the stop interrupted it, found: $err"
+    e="$(q "SELECT string_agg(attempt_number::text, ',') FROM sd_effect WHERE execution_id = '$id'")"
+    [[ "$e" == 0 ]] || fail "($tag) expected one effect row, from attempt 0, found attempts: '$e'"
+    logs="$(q "SELECT string_agg(attempt_number || ':' || message, ', ' ORDER BY id) FROM vq.job_log
+                WHERE execution_id = '$id'")"
+    log "($tag) vq_log lines: $logs"
+    [[ "$logs" == "0:long: attempt 0, 0:long: attempt 0" ]] ||
+        fail_later "($tag) both runs' log lines should be kept (logs are flushed on every ending path, stop included), found: '$logs'"
+    n="$(q "SELECT count(*) FROM vq.job WHERE state = 'RUNNING'")"
+    ((n == 0)) || fail "($tag) $n job(s) left RUNNING"
+}
+stop_while_long c '{}' 5
+
+log "(d) the same with a handler that swallows the cancel: its executor is terminated"
+stop_while_long d '{"stubborn": true}' 7
 reset_config vq.shutdown_grace_ms
 
 fail_summary
