@@ -92,6 +92,7 @@ CREATE TABLE vq.job (
     job_id              text NOT NULL,
     handler             text NOT NULL,
     handler_address     text NOT NULL,
+    handler_function    regprocedure,   -- the function the enqueue authorised (NULL: a NOTIFY handler); the one that runs
     payload             jsonb,
     metadata            jsonb NOT NULL,
     started_at          timestamptz,
@@ -935,7 +936,7 @@ END
 $$;
 
 -- Remove a handler. Jobs already enqueued for it stay and still run: each runs the function
--- address (or is announced on the channel) recorded when it was enqueued, whatever is
+-- (by OID) or is announced on the channel recorded when it was enqueued, whatever is
 -- registered since. New enqueues for the name fail until it is registered again. Returns
 -- false when no such handler was registered.
 CREATE FUNCTION vq_unregister_handler(name text) RETURNS boolean
@@ -1131,7 +1132,7 @@ BEGIN
             r AS (
                 INSERT INTO vq.job_active
                 SELECT d.execution_id, 'ENQUEUED', d.priority, 0, d.max_attempts, now(), d.created_at,
-                       now(), d.enqueued_by, d.queue, d.job_id, d.handler, d.handler_address, d.payload,
+                       now(), d.enqueued_by, d.queue, d.job_id, d.handler, d.handler_address, d.handler_function, d.payload,
                        d.metadata, d.started_at, NULL, NULL, NULL, NULL, false, d.last_error,
                        d.progress_total, d.progress_succeeded, d.progress_failed
                   FROM d

@@ -193,7 +193,7 @@ VqSetClaimed(int n, bool jobs_finished)
  * paused). Leaves that many reserved.
  */
 static int
-RoomInQueue(VqRegistry *registry, VqQueue *queue)
+RoomInQueue(VqRegistry *registry, VqQueue *queue, TimestampTz now)
 {
 	int			cap = queue->instances * queue->max_concurrent_jobs;
 	int			others;
@@ -206,7 +206,7 @@ RoomInQueue(VqRegistry *registry, VqQueue *queue)
 		 * reservation: another executor's announcements are then either in
 		 * its reservation or already committed, never missed.
 		 */
-		room = Min(room, Max(0, cap - others - VqExternalInFlight(queue)));
+		room = Min(room, Max(0, cap - others - VqExternalInFlight(queue, now)));
 		if (room == 0)
 			VqSetClaimed(0, false);
 	}
@@ -234,12 +234,14 @@ CopyJob(HeapTuple tup, TupleDesc desc)
 	job->payload = isnull ? NULL : DatumGetJsonbPCopy(d);
 	job->metadata = DatumGetJsonbPCopy(SPI_getbinval(tup, desc, 11, &isnull));
 	job->enqueued_by = DatumGetObjectId(SPI_getbinval(tup, desc, 12, &isnull));
+	d = SPI_getbinval(tup, desc, 13, &isnull);
+	job->handler_fn = isnull ? InvalidOid : DatumGetObjectId(d);
 	return job;
 }
 
 #define CLAIM_COLUMNS \
 	"SELECT execution_id, job_id, handler, handler_address, queue, priority," \
-	" attempt_number, max_attempts, scheduled_at, payload, metadata, enqueued_by" \
+	" attempt_number, max_attempts, scheduled_at, payload, metadata, enqueued_by, handler_function" \
 	" FROM vq.job_active" \
 	" WHERE queue OPERATOR(pg_catalog.=) $1" \
 	" AND state OPERATOR(pg_catalog.=) 'ENQUEUED'::vq.job_state" \
@@ -438,7 +440,7 @@ VqClaimNext(VqRegistry *registry, TimestampTz now, bool use_hint, MemoryContext 
 		if (queue == NULL || poll->next_poll > now)
 			continue;
 		/* a paused queue costs a look per sleep_delay_ms, like one at capacity */
-		room = queue->paused ? 0 : RoomInQueue(registry, queue);
+		room = queue->paused ? 0 : RoomInQueue(registry, queue, now);
 		if (room == 0)
 		{
 			/* at capacity: whoever frees room wakes us; until then, poll as usual */
@@ -457,6 +459,39 @@ VqClaimNext(VqRegistry *registry, TimestampTz now, bool use_hint, MemoryContext 
 		return true;
 	}
 	return false;
+}
+
+/* Has the queue a due ENQUEUED job? */
+static bool
+AnyDue(VqQueue *queue, TimestampTz now)
+{
+	static SPIPlanPtr due_plan = NULL;
+	Datum		values[2];
+
+	values[0] = queue->name_datum;
+	values[1] = TimestampTzGetDatum(now);
+	if (SPI_execute_plan(VqKeepPlan(&due_plan,
+								  "SELECT 1 FROM vq.job_active WHERE queue OPERATOR(pg_catalog.=) $1"
+								  " AND state OPERATOR(pg_catalog.=) 'ENQUEUED'::vq.job_state"
+								  " AND scheduled_at OPERATOR(pg_catalog.<=) $2 LIMIT 1",
+								  2, (Oid[]) {TEXTOID, TIMESTAMPTZOID}),
+						 values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "vq_job: looking for due jobs failed");
+	return SPI_processed > 0;
+}
+
+/*
+ * Room in a queue to announce again NOTIFY jobs that no consumer took: only
+ * when none of its jobs is due (function jobs never wait for an absent
+ * consumer), reserved like a claim's room (release it with VqSetClaimed(0,
+ * false) once the announcements are committed).
+ */
+int
+VqRoomToReannounce(VqRegistry *registry, VqQueue *queue, TimestampTz now)
+{
+	if (queue->paused || AnyDue(queue, now))
+		return 0;
+	return RoomInQueue(registry, queue, now);
 }
 
 /* The earliest scheduled_at of any ENQUEUED job still in the future (plain query over every queue). */

@@ -50,4 +50,10 @@ extern TimestampTz VqEarliestFutureDue(VqRegistry *registry, TimestampTz now);
  */
 extern void VqSetClaimed(int n, bool jobs_finished);
 
+/*
+ * Room in a queue to announce again NOTIFY jobs no consumer took (0 while
+ * any of its jobs is due); reserved until VqSetClaimed(0, false).
+ */
+extern int	VqRoomToReannounce(VqRegistry *registry, VqQueue *queue, TimestampTz now);
+
 #endif							/* VQ_CLAIM_H */

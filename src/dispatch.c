@@ -1,9 +1,10 @@
 /*
  * dispatch.c: running one job's handler.
  *
- * A function handler is found by the address persisted at enqueue
- * ('schema.fn(args)'), called through the function manager with a cached
- * FmgrInfo, inside its own subtransaction so its writes commit with the job's
+ * A function handler is the function whose OID the job recorded at enqueue
+ * (the one whose EXECUTE was checked; dropped since, the job is
+ * dead-lettered, never run by a same-named successor), called through the
+ * function manager with a cached FmgrInfo, inside its own subtransaction so its writes commit with the job's
  * outcome or roll back with its error. It runs:
  *  - as the role that enqueued the job, in a session that is that role's
  *    (roles.c: session_user too; it cannot change role), after re-checking
@@ -53,6 +54,7 @@
 #include "utils/timeout.h"
 #include "utils/typcache.h"
 
+#include "claim.h"
 #include "compat.h"
 #include "context.h"
 #include "dispatch.h"
@@ -61,20 +63,20 @@
 #include "outcome.h"
 #include "roles.h"
 #include "session.h"
+#include "spi_util.h"
 #include "vq_job.h"
 
 /*
- * A resolved function address. What fmgr_info read from pg_proc (strictness,
- * SECURITY DEFINER, the language handler) is only valid until the function
- * changes: a pg_proc invalidation moves functions_generation on (see
- * HandlerFunctionsChanged), which makes every entry stale, and the next job
- * resolves it again.
+ * A handler function, by the OID its job recorded at enqueue. What fmgr_info
+ * read from pg_proc (strictness, SECURITY DEFINER, SET, the language
+ * handler) is only valid until the function changes: a pg_proc invalidation
+ * moves functions_generation on (see HandlerFunctionsChanged), which makes
+ * every entry stale, and the next job resolves it again.
  */
 typedef struct HandlerFunction
 {
-	char		address[NAMEDATALEN * 4 + 64];	/* hash key */
+	Oid			fn;				/* hash key */
 	uint64		resolved_at;	/* functions_generation when resolved (0: never) */
-	Oid			fn;
 	int			nargs;
 	FmgrInfo	flinfo;
 	MemoryContext mcxt;			/* what fmgr_info allocated for flinfo */
@@ -187,9 +189,9 @@ VqDispatchInit(void)
 {
 	HASHCTL		ctl;
 
-	ctl.keysize = sizeof(((HandlerFunction *) 0)->address);
+	ctl.keysize = sizeof(Oid);
 	ctl.entrysize = sizeof(HandlerFunction);
-	functions = hash_create("vq_job handler functions", 64, &ctl, HASH_ELEM | HASH_STRINGS);
+	functions = hash_create("vq_job handler functions", 64, &ctl, HASH_ELEM | HASH_BLOBS);
 	CacheRegisterSyscacheCallback(PROCOID, HandlerFunctionsChanged, (Datum) 0);
 	watch_timeout = RegisterTimeout(USER_TIMEOUT, ExecutionTimeoutReached);
 	hard_timeout = RegisterTimeout(USER_TIMEOUT, HardTimeoutReached);
@@ -206,36 +208,40 @@ JobContextType(void)
 	return job_context_type;
 }
 
-/* Resolve a persisted address to a callable function; error if it no longer resolves. */
+/*
+ * The function a job recorded at enqueue, ready to call. Never another one
+ * under the same name: if it was dropped, *dropped is set and an error raised
+ * (the job is dead-lettered, see VqRunFunctionHandler).
+ */
 static HandlerFunction *
-ResolveFunction(const char *address)
+ResolveFunction(VqJob *job, volatile bool *dropped)
 {
 	HandlerFunction *hf;
 	bool		found;
 	HeapTuple	proctup;
 	uint64		generation;
 
-	if (strlen(address) >= sizeof(hf->address))
-		ereport(ERROR, (errmsg("handler address is too long: %s", address)));
-	hf = hash_search(functions, address, HASH_ENTER, &found);
+	proctup = OidIsValid(job->handler_fn) ? SearchSysCache1(PROCOID, ObjectIdGetDatum(job->handler_fn)) : NULL;
+	if (!HeapTupleIsValid(proctup))
+	{
+		*dropped = true;
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_FUNCTION),
+				 errmsg("handler function %s (OID %u) was dropped after the job was enqueued; a function created since under the same name is not run in its place",
+						job->address, job->handler_fn)));
+	}
+	hf = hash_search(functions, &job->handler_fn, HASH_ENTER, &found);
 	if (found && hf->resolved_at == functions_generation)
+	{
+		ReleaseSysCache(proctup);
 		return hf;
+	}
 	if (!found)
 		hf->mcxt = AllocSetContextCreate(TopMemoryContext, "vq_job handler function",
 										 ALLOCSET_SMALL_SIZES);
 	MemoryContextReset(hf->mcxt);
 	hf->resolved_at = 0;
 	generation = functions_generation;
-
-	/* new, changed, or dropped (maybe re-created under the same signature) */
-	hf->fn = DatumGetObjectId(DirectFunctionCall1(to_regprocedure, CStringGetTextDatum(address)));
-	if (!OidIsValid(hf->fn))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_FUNCTION),
-				 errmsg("handler function %s does not exist", address)));
-	proctup = SearchSysCache1(PROCOID, ObjectIdGetDatum(hf->fn));
-	if (!HeapTupleIsValid(proctup))
-		elog(ERROR, "cache lookup failed for function %u", hf->fn);
 	hf->nargs = ((Form_pg_proc) GETSTRUCT(proctup))->pronargs;
 	ReleaseSysCache(proctup);
 	fmgr_info_cxt(hf->fn, &hf->flinfo, hf->mcxt);
@@ -339,6 +345,7 @@ VqRunFunctionHandler(VqJob *job, VqOutcome *outcome)
 	MemoryContext caller_context = CurrentMemoryContext;
 	ResourceOwner caller_owner = CurrentResourceOwner;
 	TimestampTz start = GetCurrentTimestamp();
+	volatile bool dropped = false;
 
 	memset(outcome, 0, sizeof(VqOutcome));
 
@@ -369,7 +376,7 @@ VqRunFunctionHandler(VqJob *job, VqOutcome *outcome)
 		 * have been read yet: read them before checking and calling.
 		 */
 		AcceptInvalidationMessages();
-		hf = ResolveFunction(job->address);
+		hf = ResolveFunction(job, &dropped);
 
 		CheckRunPrivileges(job, hf);
 		VqEnterUserCode(job->enqueued_by, &as_user);
@@ -409,6 +416,7 @@ VqRunFunctionHandler(VqJob *job, VqOutcome *outcome)
 		else
 		{
 			outcome->kind = VQ_OUTCOME_FAILED;
+			outcome->permanent = dropped;	/* no retry can bring the authorised function back */
 			outcome->error = pstrdup(edata->message ? edata->message : "handler failed");
 		}
 		FreeErrorData(edata);
@@ -433,6 +441,15 @@ VqRunFunctionHandler(VqJob *job, VqOutcome *outcome)
 	VqJobApiEnd(outcome);
 }
 
+/* Send a job's announcement on its channel (at commit). */
+static void
+Announce(const char *channel, pg_uuid_t *execution_id, int32 attempt)
+{
+	char	   *uuid = DatumGetCString(DirectFunctionCall1(uuid_out, UUIDPGetDatum(execution_id)));
+
+	Async_Notify(channel, psprintf("{\"execution_id\": \"%s\", \"attempt\": %d}", uuid, attempt));
+}
+
 /*
  * Announce a NOTIFY handler's job on its channel; it is RUNNING until its
  * reply or the timeout. The announcement names the job and nothing else: any
@@ -442,8 +459,65 @@ VqRunFunctionHandler(VqJob *job, VqOutcome *outcome)
 void
 VqDispatchNotify(VqJob *job, const char *channel)
 {
-	char	   *uuid = DatumGetCString(DirectFunctionCall1(uuid_out, UUIDPGetDatum(&job->execution_id)));
-
 	VqPersistRunning(job, true, GetCurrentTimestamp());
-	Async_Notify(channel, psprintf("{\"execution_id\": \"%s\", \"attempt\": %d}", uuid, job->attempt_number));
+	Announce(channel, &job->execution_id, job->attempt_number);
+}
+
+/*
+ * Announce again NOTIFY jobs that no consumer took within
+ * vq.notify_take_timeout_ms (they hold no capacity meanwhile, and no attempt
+ * is consumed): for one queue that has some, as many as its free capacity
+ * allows, and only while none of its jobs is due. Each counts against the
+ * capacity again for a take timeout. In the caller's transaction; returns
+ * true when room was reserved (release it after the commit).
+ */
+bool
+VqReannounceWaiting(VqRegistry *registry, TimestampTz now)
+{
+	static SPIPlanPtr queues_plan = NULL;
+	static SPIPlanPtr announce_plan = NULL;
+	Datum		values[4];
+
+	values[0] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now, -(int64) vq_notify_take_timeout_ms));
+	values[1] = TimestampTzGetDatum(now);
+#define WAITING \
+	" state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state AND worker_pid IS NULL" \
+	" AND consumer_claimed_at IS NULL AND started_at OPERATOR(pg_catalog.<=) $1"
+	if (SPI_execute_plan(VqKeepPlan(&queues_plan,
+							  "SELECT DISTINCT queue FROM vq.job_active WHERE" WAITING,
+							  1, (Oid[]) {TIMESTAMPTZOID}),
+						 values, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "vq_job: looking for unannounced NOTIFY jobs failed");
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		VqQueue    *queue = VqLookupQueue(registry, SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1));
+		int			room = queue ? VqRoomToReannounce(registry, queue, now) : 0;
+
+		if (room == 0)
+			continue;
+		values[2] = queue->name_datum;
+		values[3] = Int32GetDatum(room);
+		if (SPI_execute_plan(VqKeepPlan(&announce_plan,
+								  "UPDATE vq.job_active j SET started_at = $2, updated_at = $2"
+								  " FROM (SELECT execution_id FROM vq.job_active WHERE queue OPERATOR(pg_catalog.=) $3 AND" WAITING
+								  "       ORDER BY priority DESC, scheduled_at LIMIT $4 FOR UPDATE SKIP LOCKED) w"
+								  " WHERE j.execution_id OPERATOR(pg_catalog.=) w.execution_id"
+								  " RETURNING j.execution_id, j.attempt_number, j.handler_address",
+								  4, (Oid[]) {TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, INT4OID}),
+							 values, NULL, false, 0) != SPI_OK_UPDATE_RETURNING)
+			elog(ERROR, "vq_job: announcing NOTIFY jobs again failed");
+		for (uint64 k = 0; k < SPI_processed; k++)
+		{
+			HeapTuple	tup = SPI_tuptable->vals[k];
+			bool		isnull;
+			char	   *address = SPI_getvalue(tup, SPI_tuptable->tupdesc, 3);
+
+			if (strncmp(address, "notify:", 7) == 0)
+				Announce(address + 7, DatumGetUUIDP(SPI_getbinval(tup, SPI_tuptable->tupdesc, 1, &isnull)),
+						 DatumGetInt32(SPI_getbinval(tup, SPI_tuptable->tupdesc, 2, &isnull)));
+		}
+		return true;			/* one queue per call: the reservation is per queue */
+	}
+#undef WAITING
+	return false;
 }

@@ -7,6 +7,7 @@
 #define VQ_DISPATCH_H
 
 #include "job.h"
+#include "registry.h"
 
 /* Set up the handler function cache and the execution timeout (once per executor). */
 extern void VqDispatchInit(void);
@@ -16,6 +17,13 @@ extern void VqRunFunctionHandler(VqJob *job, VqOutcome *outcome);
 
 /* Mark a NOTIFY handler's job RUNNING and announce it on its channel. */
 extern void VqDispatchNotify(VqJob *job, const char *channel);
+
+/*
+ * Announce again the NOTIFY jobs of one queue that no consumer took in time,
+ * as far as its free capacity allows (in the caller's transaction); true when
+ * room was reserved: release it with VqSetClaimed(0, false) after the commit.
+ */
+extern bool VqReannounceWaiting(VqRegistry *registry, TimestampTz now);
 
 /*
  * Arm the execution timeout around user code (a handler, a destination

@@ -73,26 +73,27 @@ typedef struct JobSpec
 /* Columns every insert plan binds, in this order, as $1..$NCOMMON. */
 #define JOB_COLUMNS \
 	"(execution_id, state, priority, attempt_number, max_attempts, scheduled_at," \
-	" created_at, updated_at, enqueued_by, queue, job_id, handler, handler_address, payload, metadata)"
+	" created_at, updated_at, enqueued_by, queue, job_id, handler, handler_address, handler_function," \
+	" payload, metadata)"
 /* vq.job_active holds the unfinished jobs; its unique index on job_id is the idempotency key */
 #define ON_ACTIVE_CONFLICT " ON CONFLICT (job_id) DO NOTHING"
 
 /* $1 execution_id, $2 job_id, $3 payload (scalars, or arrays for the batch plans), then the rest. */
-#define NPARAMS 12
+#define NPARAMS 13
 static const Oid one_types[NPARAMS] = {
 	UUIDOID, TEXTOID, JSONBOID, INT4OID, INT4OID, TIMESTAMPTZOID,
-	TIMESTAMPTZOID, REGROLEOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID
+	TIMESTAMPTZOID, REGROLEOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID, REGPROCEDUREOID
 };
 static const Oid many_types[NPARAMS] = {
 	UUIDARRAYOID, TEXTARRAYOID, JSONBARRAYOID, INT4OID, INT4OID, TIMESTAMPTZOID,
-	TIMESTAMPTZOID, REGROLEOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID
+	TIMESTAMPTZOID, REGROLEOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID, REGPROCEDUREOID
 };
 
 #define ONE_VALUES \
-	" VALUES ($1, 'ENQUEUED', $4, 0, $5, $6, $7, $7, $8, $9, $2, $10, $11, $3, $12)"
+	" VALUES ($1, 'ENQUEUED', $4, 0, $5, $6, $7, $7, $8, $9, $2, $10, $11, $13, $3, $12)"
 #define MANY_SELECT \
 	" SELECT u.e, 'ENQUEUED', $4, 0, $5, $6, $7, $7, $8, $9," \
-	" coalesce(u.j, 'delayed-' OPERATOR(pg_catalog.||) u.e::pg_catalog.text), $10, $11, u.p, $12" \
+	" coalesce(u.j, 'delayed-' OPERATOR(pg_catalog.||) u.e::pg_catalog.text), $10, $11, $13, u.p, $12" \
 	" FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3)) AS u(e, j, p)"
 
 static SPIPlanPtr insert_one_plan = NULL;
@@ -259,9 +260,12 @@ VqCheckEnqueuePrivilege(VqHandler *handler, Oid role)
 						   handler->address)));
 }
 
-/* Bind the parameters shared by every insert plan ($4..$12). */
+/*
+ * Bind the parameters shared by every insert plan ($4..$13; the function
+ * whose EXECUTE was checked is the one the job will run).
+ */
 static void
-BindCommon(const JobSpec *spec, Datum *values)
+BindCommon(const JobSpec *spec, Datum *values, char *nulls)
 {
 	values[3] = Int32GetDatum(spec->priority);
 	values[4] = Int32GetDatum(spec->max_attempts);
@@ -272,6 +276,8 @@ BindCommon(const JobSpec *spec, Datum *values)
 	values[9] = spec->handler->name_datum;
 	values[10] = spec->handler->address_datum;
 	values[11] = JsonbPGetDatum(spec->metadata);
+	values[12] = ObjectIdGetDatum(spec->handler->fn);
+	nulls[12] = spec->handler->is_function ? ' ' : 'n';
 }
 
 /* Run a kept plan that writes; error on anything but the expected result. */
@@ -299,7 +305,7 @@ InsertOne(const JobSpec *spec, Datum payload, bool payload_null, text *job_id)
 		VqCheckSize(payload, vq_max_payload_bytes, "payload", "vq.max_payload_bytes");
 	NewUuid(execution_id);
 	memset(nulls, ' ', sizeof(nulls));
-	BindCommon(spec, values);
+	BindCommon(spec, values, nulls);
 	values[0] = UUIDPGetDatum(execution_id);
 	values[2] = payload;
 	nulls[2] = payload_null ? 'n' : ' ';
@@ -547,7 +553,7 @@ vq_enqueue_many(PG_FUNCTION_ARGS)
 		PG_RETURN_ARRAYTYPE_P(construct_empty_array(UUIDOID));
 
 	memset(nulls, ' ', sizeof(nulls));
-	BindCommon(&spec, values);
+	BindCommon(&spec, values, nulls);
 	values[0] = PointerGetDatum(construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
 	values[1] = job_ids ? PointerGetDatum(job_ids) : (Datum) 0;
 	nulls[1] = job_ids ? ' ' : 'n';
@@ -638,15 +644,20 @@ VqEnqueueResolved(const char *handler_name, const char *queue_name, int32 priori
  * the caller (the outbox relay, set-based). Generated ids; errors propagate.
  */
 void
-VqEnqueueManyResolved(VqRegistry *registry, int n, Datum *handlers, Datum *addresses, Datum *queues,
+VqEnqueueManyResolved(VqRegistry *registry, int n, VqHandler **handler_of, Datum *queues,
 					  Datum *priorities, Datum *max_attempts, Datum *scheduled, Datum *payloads,
 					  bool *payload_nulls, Datum *metadatas, Datum *enqueued_by)
 {
 	static SPIPlanPtr plan = NULL;
-	static const Oid types[11] = {TIMESTAMPTZOID, UUIDARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID,
-		INT4ARRAYOID, INT4ARRAYOID, TIMESTAMPTZARRAYOID, JSONBARRAYOID, JSONBARRAYOID, REGROLEARRAYOID};
-	Datum		values[11];
+	static const Oid types[12] = {TIMESTAMPTZOID, UUIDARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID,
+		INT4ARRAYOID, INT4ARRAYOID, TIMESTAMPTZARRAYOID, JSONBARRAYOID, JSONBARRAYOID, REGROLEARRAYOID,
+	REGPROCEDUREARRAYOID};
+	Datum		values[12];
 	Datum	   *ids = palloc(sizeof(Datum) * n);
+	Datum	   *handlers = palloc(sizeof(Datum) * n);
+	Datum	   *addresses = palloc(sizeof(Datum) * n);
+	Datum	   *functions = palloc(sizeof(Datum) * n);
+	bool	   *function_nulls = palloc(sizeof(bool) * n);
 	pg_uuid_t  *uuids = palloc(sizeof(pg_uuid_t) * n);
 	int			dims[1] = {n};
 	int			lbs[1] = {1};
@@ -656,6 +667,10 @@ VqEnqueueManyResolved(VqRegistry *registry, int n, Datum *handlers, Datum *addre
 	{
 		NewUuid(&uuids[i]);
 		ids[i] = UUIDPGetDatum(&uuids[i]);
+		handlers[i] = handler_of[i]->name_datum;
+		addresses[i] = handler_of[i]->address_datum;
+		functions[i] = ObjectIdGetDatum(handler_of[i]->fn);
+		function_nulls[i] = !handler_of[i]->is_function;
 	}
 	values[0] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
 	values[1] = PointerGetDatum(construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
@@ -668,6 +683,8 @@ VqEnqueueManyResolved(VqRegistry *registry, int n, Datum *handlers, Datum *addre
 	values[8] = PointerGetDatum(construct_md_array(payloads, payload_nulls, 1, dims, lbs, JSONBOID, -1, false, TYPALIGN_INT));
 	values[9] = PointerGetDatum(construct_array(metadatas, n, JSONBOID, -1, false, TYPALIGN_INT));
 	values[10] = PointerGetDatum(construct_array(enqueued_by, n, REGROLEOID, 4, true, TYPALIGN_INT));
+	values[11] = PointerGetDatum(construct_md_array(functions, function_nulls, 1, dims, lbs, REGPROCEDUREOID,
+													 4, true, TYPALIGN_INT));
 
 	VqBecomeOwner(registry->owner, &saved);
 	if (SPI_connect() != SPI_OK_CONNECT)
@@ -675,12 +692,12 @@ VqEnqueueManyResolved(VqRegistry *registry, int n, Datum *handlers, Datum *addre
 	RunWrite(VqKeepPlan(&plan,
 						"INSERT INTO vq.job_active " JOB_COLUMNS
 						" SELECT u.e, 'ENQUEUED', u.pr, 0, u.ma, u.sa, $1, $1, u.eb, u.q,"
-						"  'delayed-' OPERATOR(pg_catalog.||) u.e::pg_catalog.text, u.h, u.a, u.p, u.m"
+						"  'delayed-' OPERATOR(pg_catalog.||) u.e::pg_catalog.text, u.h, u.a, u.f, u.p, u.m"
 						" FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3), pg_catalog.unnest($4),"
 						"  pg_catalog.unnest($5), pg_catalog.unnest($6), pg_catalog.unnest($7), pg_catalog.unnest($8),"
-						"  pg_catalog.unnest($9), pg_catalog.unnest($10), pg_catalog.unnest($11))"
-						" AS u(e, h, a, q, pr, ma, sa, p, m, eb)",
-						11, types),
+						"  pg_catalog.unnest($9), pg_catalog.unnest($10), pg_catalog.unnest($11), pg_catalog.unnest($12))"
+						" AS u(e, h, a, q, pr, ma, sa, p, m, eb, f)",
+						12, types),
 			 values, NULL, SPI_OK_INSERT);
 	SPI_finish();
 	VqRestoreUser(&saved);

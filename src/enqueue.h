@@ -20,7 +20,7 @@ extern Datum VqEnqueueResolved(const char *handler_name, const char *queue_name,
 							   bool payload_null, Jsonb *metadata, Oid enqueued_by);
 
 /* Insert many jobs with settings resolved and validated by the caller (the relay, set-based). */
-extern void VqEnqueueManyResolved(VqRegistry *registry, int n, Datum *handlers, Datum *addresses,
+extern void VqEnqueueManyResolved(VqRegistry *registry, int n, VqHandler **handlers,
 								  Datum *queues, Datum *priorities, Datum *max_attempts, Datum *scheduled,
 								  Datum *payloads, bool *payload_nulls, Datum *metadatas, Datum *enqueued_by);
 

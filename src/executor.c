@@ -122,6 +122,8 @@ static bool startup_due_checked = false;
 static TimestampTz relay_next_poll = 0;
 static int	relay_delay_ms = RELAY_POLL_BASE_MS;
 
+static void CommitCycle(bool announced_only);
+
 /* Is this handler fast enough to run inline in the claiming transaction? */
 static bool
 RunsInline(const char *handler)
@@ -358,8 +360,8 @@ CheckExtension(TimestampTz now)
 /*
  * Between claims, in a short transaction of its own when any is due: make
  * sure the extension is still there (a CREATE or DROP EXTENSION also moves
- * the slot's generation), abandon jobs of dead executors, save the live
- * progress of running jobs. Its own transaction, so that the rows it touches
+ * the slot's generation), abandon jobs of dead executors, announce again
+ * NOTIFY jobs no consumer took, save the live progress of running jobs. Its own transaction, so that the rows it touches
  * are not held through a batch.
  */
 static void
@@ -370,6 +372,7 @@ Housekeeping(TimestampTz now)
 	bool		rescue = TimestampDifferenceExceeds(last_rescue, now, RESCUE_INTERVAL_MS);
 	bool		flush = vq_progress_flush_interval_ms > 0 &&
 		TimestampDifferenceExceeds(last_progress_flush, now, vq_progress_flush_interval_ms);
+	bool		reserved = false;
 
 	if (!check && !rescue && !flush)
 		return;
@@ -382,6 +385,8 @@ Housekeeping(TimestampTz now)
 
 		if (VqRescueOrphans(registry, now) > 0)
 			VqPollAllNow(now);
+		if (registry->has_notify_handlers)
+			reserved = VqReannounceWaiting(registry, now);
 		VqRegistryRelease(registry);
 		last_rescue = now;
 	}
@@ -390,7 +395,9 @@ Housekeeping(TimestampTz now)
 		VqFlushProgress();
 		last_progress_flush = now;
 	}
-	VqCommitTransaction();
+	CommitCycle(reserved);
+	if (reserved)
+		VqSetClaimed(0, false);
 }
 
 /*

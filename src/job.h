@@ -19,6 +19,7 @@ typedef struct VqJob
 	char	   *job_id;
 	char	   *handler;
 	char	   *address;
+	Oid			handler_fn;		/* the function the enqueue authorised (InvalidOid: a NOTIFY handler) */
 	char	   *queue;
 	int32		priority;
 	int32		attempt_number;

@@ -356,8 +356,7 @@ ReadRescueCandidates(TimestampTz now)
 							  " worker_started_at, updated_at, priority, scheduled_at"
 							  " FROM vq.job_active"
 							  " WHERE state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state"
-							  " AND (worker_pid IS NOT NULL"
-							  "      OR coalesce(consumer_claimed_at, started_at) OPERATOR(pg_catalog.<) $1)",
+							  " AND (worker_pid IS NOT NULL OR consumer_claimed_at OPERATOR(pg_catalog.<) $1)",
 							  1, (Oid[]) {TIMESTAMPTZOID}),
 						 values, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "vq_job: looking for orphaned jobs failed");
@@ -473,19 +472,28 @@ VqFlushProgress(void)
 		  values, NULL);
 }
 
-/* NOTIFY jobs of a queue dispatched and not yet answered (they hold the queue's capacity too). */
+/*
+ * NOTIFY jobs of a queue that hold its capacity: taken by a consumer and not
+ * yet answered, or announced less than vq.notify_take_timeout_ms ago. One
+ * announced longer ago with no taker waits for a consumer without holding
+ * any: an absent consumer blocks nobody.
+ */
 int
-VqExternalInFlight(VqQueue *queue)
+VqExternalInFlight(VqQueue *queue, TimestampTz now)
 {
 	static SPIPlanPtr inflight_plan = NULL;
+	Datum		values[2];
 	bool		isnull;
 
+	values[0] = queue->name_datum;
+	values[1] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now, -(int64) vq_notify_take_timeout_ms));
 	if (SPI_execute_plan(VqKeepPlan(&inflight_plan,
 								  "SELECT pg_catalog.count(*)::pg_catalog.int4 FROM vq.job_active"
 								  " WHERE state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state AND worker_pid IS NULL"
-								  " AND queue OPERATOR(pg_catalog.=) $1",
-								  1, (Oid[]) {TEXTOID}),
-						 &queue->name_datum, NULL, false, 1) != SPI_OK_SELECT)	/* a fresh snapshot */
+								  " AND queue OPERATOR(pg_catalog.=) $1"
+								  " AND (consumer_claimed_at IS NOT NULL OR started_at OPERATOR(pg_catalog.>) $2)",
+								  2, (Oid[]) {TEXTOID, TIMESTAMPTZOID}),
+						 values, NULL, false, 1) != SPI_OK_SELECT)	/* a fresh snapshot */
 		elog(ERROR, "vq_job: counting NOTIFY jobs in flight failed");
 	return DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }

@@ -20,7 +20,7 @@
  */
 #define VQ_FINISHED_ROW(state, updated_at, started_at, finished_at, last_error, total, succeeded, failed) \
 	" execution_id, " state ", priority, attempt_number, max_attempts, scheduled_at, created_at, " \
-	updated_at ", enqueued_by, queue, job_id, handler, handler_address, payload, metadata, " \
+	updated_at ", enqueued_by, queue, job_id, handler, handler_address, handler_function, payload, metadata, " \
 	started_at ", " finished_at ", NULL, NULL, consumer_claimed_at, cancel_requested, " \
 	last_error ", " total ", " succeeded ", " failed
 
@@ -42,7 +42,10 @@ extern int	VqRescueOrphans(VqRegistry *registry, TimestampTz now);
 /* Save the live progress of the jobs the executors of this database run visibly. */
 extern void VqFlushProgress(void);
 
-/* NOTIFY jobs of a queue announced and not yet answered. */
-extern int	VqExternalInFlight(VqQueue *queue);
+/*
+ * NOTIFY jobs of a queue that hold its capacity: taken and not yet answered,
+ * or announced less than vq.notify_take_timeout_ms ago.
+ */
+extern int	VqExternalInFlight(VqQueue *queue, TimestampTz now);
 
 #endif							/* VQ_OUTCOME_H */

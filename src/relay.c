@@ -484,8 +484,7 @@ static List *
 DeliverDelayedJobsTogether(VqRegistry *registry, List *rows, Datum *published, int *npublished, TimestampTz now)
 {
 	int			max = list_length(rows);
-	Datum	   *handlers = palloc(sizeof(Datum) * max);
-	Datum	   *addresses = palloc(sizeof(Datum) * max);
+	VqHandler **handlers = palloc(sizeof(VqHandler *) * max);
 	Datum	   *queues = palloc(sizeof(Datum) * max);
 	Datum	   *priorities = palloc(sizeof(Datum) * max);
 	Datum	   *attempts = palloc(sizeof(Datum) * max);
@@ -524,8 +523,7 @@ DeliverDelayedJobsTogether(VqRegistry *registry, List *rows, Datum *published, i
 			RecordUndelivered(row, result, message, now);
 			continue;
 		}
-		handlers[n] = handler->name_datum;
-		addresses[n] = handler->address_datum;
+		handlers[n] = handler;
 		queues[n] = queue->name_datum;
 		priorities[n] = Int32GetDatum(priority);
 		attempts[n] = Int32GetDatum(max_attempts);
@@ -545,7 +543,7 @@ DeliverDelayedJobsTogether(VqRegistry *registry, List *rows, Datum *published, i
 	MemoryContextSwitchTo(caller_context);
 	PG_TRY();
 	{
-		VqEnqueueManyResolved(registry, n, handlers, addresses, queues, priorities, attempts,
+		VqEnqueueManyResolved(registry, n, handlers, queues, priorities, attempts,
 							  scheduled, payloads, payload_nulls, metadatas, roles);
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(caller_context);

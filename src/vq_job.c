@@ -21,6 +21,7 @@
 PG_MODULE_MAGIC;
 
 int			vq_execution_timeout_ms = 300000;
+int			vq_notify_take_timeout_ms = 5000;
 int			vq_progress_flush_interval_ms = 10000;
 char	   *vq_databases = NULL;
 int			vq_max_databases = 16;
@@ -66,6 +67,10 @@ DefineSettings(void)
 							"Time a job execution may take before it is abandoned (0 disables).",
 							NULL, &vq_execution_timeout_ms, 300000, 0, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("vq.notify_take_timeout_ms",
+							"Time an announced NOTIFY job holds its queue's capacity while no consumer takes it; then it waits for a consumer without holding any.",
+							NULL, &vq_notify_take_timeout_ms, 5000, 100, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
 	DefineCustomIntVariable("vq.progress_flush_interval_ms",
 							"Interval at which the progress of jobs running visibly is saved on their rows (0 = only at the end).",
 							NULL, &vq_progress_flush_interval_ms, 10000, 0, INT_MAX,
@@ -107,7 +112,7 @@ DefineSettings(void)
 							NULL, &vq_inline_handler_ms, 5, 0, 60000,
 							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
 	DefineCustomIntVariable("vq.shutdown_grace_ms",
-							"On shutdown, how long a running handler may go on before its executor exits (the job is then rescued at the next start).",
+							"When executors are stopped, how long a running handler may go on before it is cancelled (its job is then INTERRUPTED: back in line, its attempt not consumed).",
 							NULL, &vq_shutdown_grace_ms, 5000, 0, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
 	DefineCustomStringVariable("vq.handler_search_path",

@@ -234,9 +234,7 @@ log "ok: ${st#DEAD_LETTER|0|}; the handler never ran"
 
 # ---------------------------------------------------------------------------
 log "6. settings a handler changes do not outlive its job (one executor)"
-set_config vq.executors_per_database 1
-wait_for "SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'vq_job executor' AND datname = current_database()" 10 \
-    "exactly one executor for $PGDATABASE"
+one_executor
 id_leak="$(q_as "$ROLE_A" "SELECT vq_enqueue('wp_leak', '{\"tag\": \"leak\"}')")"
 wait_state "$id_leak" COMPLETED 10
 id_after="$(q_as "$ROLE_B" "SELECT vq_enqueue('wp_record', '{\"tag\": \"after_leak\"}')")"
