@@ -55,10 +55,14 @@ CREATE TABLE vq.handler (
     queue          text REFERENCES vq.queue (name),
     priority       integer,
     max_attempts   integer CONSTRAINT handler_max_attempts_range CHECK (max_attempts BETWEEN 1 AND 1000),
+    -- most jobs of this (function) handler running at once across the executors (NULL: no limit
+    -- beyond the queue's capacity)
+    max_running    integer CONSTRAINT handler_max_running_range CHECK (max_running BETWEEN 1 AND 10000),
     registered_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
     CONSTRAINT handler_target_matches_kind CHECK (
         (kind = 'function' AND fn IS NOT NULL AND channel IS NULL) OR
-        (kind = 'notify' AND channel IS NOT NULL AND fn IS NULL))
+        (kind = 'notify' AND channel IS NOT NULL AND fn IS NULL)),
+    CONSTRAINT handler_max_running_function CHECK (max_running IS NULL OR kind = 'function')
 );
 
 -- Per-handler configuration overrides (the "contracts" section of a vq_configure document).
@@ -748,7 +752,8 @@ $$;
 
 -- Every violation of one handler registration.
 CREATE FUNCTION vq.handler_violations(name text, kind text, fn regprocedure, channel text,
-                                      queue text, max_attempts bigint, what text DEFAULT NULL)
+                                      queue text, max_attempts bigint, what text DEFAULT NULL,
+                                      max_running bigint DEFAULT NULL)
 RETURNS text[]
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -787,6 +792,11 @@ BEGIN
     IF max_attempts IS NOT NULL AND max_attempts NOT BETWEEN 1 AND 1000 THEN
         v := v || format('%s: max_attempts must be between 1 and 1000, got %s', label, max_attempts);
     END IF;
+    IF max_running IS NOT NULL AND kind <> 'function' THEN
+        v := v || format('%s: max_running applies to function handlers only (a NOTIFY consumer decides how many it runs)', label);
+    ELSIF max_running IS NOT NULL AND max_running NOT BETWEEN 1 AND 10000 THEN
+        v := v || format('%s: max_running must be between 1 and 10000, got %s', label, max_running);
+    END IF;
     IF queue IS NOT NULL AND NOT EXISTS (SELECT 1 FROM vq.queue x WHERE x.name OPERATOR(pg_catalog.=) queue) THEN
         v := v || format('%s: queue "%s" does not exist', label, queue);
     END IF;
@@ -796,21 +806,23 @@ $$;
 
 -- Insert one validated handler row.
 CREATE FUNCTION vq.insert_handler(name text, kind text, fn regprocedure, channel text,
-                                  queue text, priority integer, max_attempts integer)
+                                  queue text, priority integer, max_attempts integer,
+                                  max_running integer DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     -- With search_path pinned to pg_catalog, fn::text names every other schema explicitly.
-    INSERT INTO vq.handler AS h (name, kind, fn, takes_context, channel, address, queue, priority, max_attempts)
+    INSERT INTO vq.handler AS h (name, kind, fn, takes_context, channel, address, queue, priority, max_attempts,
+                                 max_running)
     SELECT insert_handler.name, insert_handler.kind, insert_handler.fn,
            coalesce((SELECT pr.pronargs OPERATOR(pg_catalog.=) 2 FROM pg_catalog.pg_proc pr
                       WHERE pr.oid OPERATOR(pg_catalog.=) insert_handler.fn::oid), false),
            insert_handler.channel,
            CASE insert_handler.kind WHEN 'function' THEN insert_handler.fn::text
                 ELSE 'notify:' OPERATOR(pg_catalog.||) insert_handler.channel END,
-           insert_handler.queue, insert_handler.priority, insert_handler.max_attempts;
+           insert_handler.queue, insert_handler.priority, insert_handler.max_attempts, insert_handler.max_running;
 EXCEPTION WHEN unique_violation THEN
     -- registered concurrently since it was validated
     RAISE EXCEPTION USING ERRCODE = 'VQ102',
@@ -819,15 +831,17 @@ END
 $$;
 
 CREATE FUNCTION vq_register_handler(name text, fn regprocedure, queue text DEFAULT NULL,
-                                    priority integer DEFAULT NULL, max_attempts integer DEFAULT NULL)
+                                    priority integer DEFAULT NULL, max_attempts integer DEFAULT NULL,
+                                    max_running integer DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM vq.raise_violations(vq.handler_violations(name, 'function', fn, NULL, queue, max_attempts),
+    PERFORM vq.raise_violations(vq.handler_violations(name, 'function', fn, NULL, queue, max_attempts,
+                                                      NULL, max_running),
                                 'VQ102', 'handler registration failed');
-    PERFORM vq.insert_handler(name, 'function', fn, NULL, queue, priority, max_attempts);
+    PERFORM vq.insert_handler(name, 'function', fn, NULL, queue, priority, max_attempts, max_running);
 END
 $$;
 
@@ -846,13 +860,13 @@ $$;
 
 -- Register a set of handlers at once, or none: every violation in the set is reported in
 -- one error. Each element: {"name": ..., "function": "schema.fn(jsonb)" | "channel": ...,
--- "queue": ..., "priority": ..., "maxAttempts": ...}. Returns the number registered.
+-- "queue": ..., "priority": ..., "maxAttempts": ..., "maxRunning": ...}. Returns the number registered.
 CREATE FUNCTION vq_register_handlers(handlers jsonb) RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    allowed constant text[] := ARRAY['name', 'function', 'channel', 'queue', 'priority', 'maxAttempts'];
+    allowed constant text[] := ARRAY['name', 'function', 'channel', 'queue', 'priority', 'maxAttempts', 'maxRunning'];
     v text[] := '{}';
     h record;
     k text;
@@ -877,7 +891,7 @@ BEGIN
                 v := v || format('%s: unknown field "%s"', label, k);
             END IF;
         END LOOP;
-        FOREACH k IN ARRAY ARRAY['priority', 'maxAttempts'] LOOP
+        FOREACH k IN ARRAY ARRAY['priority', 'maxAttempts', 'maxRunning'] LOOP
             IF h.body ? k AND (jsonb_typeof(h.body -> k) <> 'number' OR (h.body ->> k) !~ '^-?[0-9]{1,9}$') THEN
                 v := v || format('%s: %s must be an integer, got %s', label, k, h.body -> k);
                 ok := false;
@@ -919,7 +933,8 @@ BEGIN
                       vq.handler_violations(h.body ->> 'name',
                                             CASE WHEN h.body ? 'function' THEN 'function' ELSE 'notify' END,
                                             fn, h.body ->> 'channel', h.body ->> 'queue',
-                                            CASE WHEN ok THEN (h.body ->> 'maxAttempts')::bigint END, label),
+                                            CASE WHEN ok THEN (h.body ->> 'maxAttempts')::bigint END, label,
+                                            CASE WHEN ok THEN (h.body ->> 'maxRunning')::bigint END),
                       format('%s: function is missing', label));
     END LOOP;
     PERFORM vq.raise_violations(v, 'VQ102', 'handler registration failed');
@@ -928,7 +943,8 @@ BEGIN
         PERFORM vq.insert_handler(h.body ->> 'name',
                                   CASE WHEN h.body ? 'function' THEN 'function' ELSE 'notify' END,
                                   pg_catalog.to_regprocedure(h.body ->> 'function'), h.body ->> 'channel',
-                                  h.body ->> 'queue', (h.body ->> 'priority')::int, (h.body ->> 'maxAttempts')::int);
+                                  h.body ->> 'queue', (h.body ->> 'priority')::int, (h.body ->> 'maxAttempts')::int,
+                                  (h.body ->> 'maxRunning')::int);
         n := n + 1;
     END LOOP;
     RETURN n;
@@ -952,8 +968,8 @@ $$;
 REVOKE ALL ON FUNCTION vq.queue_violations(text, bigint, bigint, text, bigint, bigint, bigint, text[]),
                        vq.raise_violations(text[], text, text),
                        vq.override_violations(text, text, bigint, text, text, text[]),
-                       vq.handler_violations(text, text, regprocedure, text, text, bigint, text),
-                       vq.insert_handler(text, text, regprocedure, text, text, integer, integer),
+                       vq.handler_violations(text, text, regprocedure, text, text, bigint, text, bigint),
+                       vq.insert_handler(text, text, regprocedure, text, text, integer, integer, integer),
                        vq_create_queue(text, integer, integer, text, integer, integer, integer),
                        vq_alter_queue(text, integer, integer, text, integer, integer, integer),
                        vq_drop_queue(text),
@@ -962,7 +978,7 @@ REVOKE ALL ON FUNCTION vq.queue_violations(text, bigint, bigint, text, bigint, b
                        vq_set_contract_override(text, text, integer, integer),
                        vq_drop_contract_override(text),
                        vq_configure(jsonb),
-                       vq_register_handler(text, regprocedure, text, integer, integer),
+                       vq_register_handler(text, regprocedure, text, integer, integer, integer),
                        vq_register_notify_handler(text, text, text, integer, integer),
                        vq_register_handlers(jsonb),
                        vq_unregister_handler(text)
@@ -1252,7 +1268,8 @@ SELECT h.name,
        coalesce(o.queue, h.queue, 'default') AS queue,
        coalesce(o.priority, h.priority, 0) AS priority,
        coalesce(o.max_attempts, h.max_attempts, 3) AS max_attempts,
-       (h.queue IS NOT NULL OR h.priority IS NOT NULL OR h.max_attempts IS NOT NULL) AS is_contract
+       (h.queue IS NOT NULL OR h.priority IS NOT NULL OR h.max_attempts IS NOT NULL) AS is_contract,
+       h.max_running
   FROM vq.handler h
   LEFT JOIN vq.contract_override o ON o.handler OPERATOR(pg_catalog.=) h.name;
 GRANT SELECT ON vq.handler_settings TO PUBLIC;

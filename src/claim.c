@@ -239,13 +239,88 @@ CopyJob(HeapTuple tup, TupleDesc desc)
 	return job;
 }
 
+/* How many executors run a job of this limited handler now (slot lock held). */
+static int
+RunningOfHandler(const char *handler)
+{
+	int			n = 0;
+
+	for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
+	{
+		VqExecutorSlot *e = &VqMyDatabaseSlot->executors[i];
+
+		if (e->pid != 0 && strcmp(e->limited_handler, handler) == 0)
+			n++;
+	}
+	return n;
+}
+
+/*
+ * The handlers whose max_running is reached now (a text[] of names, *n of
+ * them): their jobs are left out of claims, so they never take a shared
+ * queue's capacity from the other handlers.
+ */
+static Datum
+HandlersAtLimit(VqRegistry *registry, int *n)
+{
+	Datum	   *names = palloc(sizeof(Datum) * Max(registry->nhandlers, 1));
+
+	*n = 0;
+	if (registry->has_limited_handlers)
+	{
+		LWLockAcquire(VqMyDatabaseSlot->lock, LW_SHARED);
+		for (int i = 0; i < registry->nhandlers; i++)
+		{
+			VqHandler  *h = registry->handlers[i];
+
+			if (h->max_running > 0 && RunningOfHandler(h->name) >= h->max_running)
+				names[(*n)++] = h->name_datum;
+		}
+		LWLockRelease(VqMyDatabaseSlot->lock);
+	}
+	return PointerGetDatum(construct_array(names, *n, TEXTOID, -1, false, TYPALIGN_INT));
+}
+
+/*
+ * Before running a job of a handler with max_running: take one of its turns
+ * (false: all are taken; the job is released). Claims leave such handlers out
+ * already; this closes the race between two executors' claims.
+ */
+bool
+VqTakeHandlerTurn(VqHandler *handler)
+{
+	bool		ok;
+
+	if (handler == NULL || handler->max_running <= 0)
+		return true;
+	LWLockAcquire(VqMyDatabaseSlot->lock, LW_EXCLUSIVE);
+	ok = RunningOfHandler(handler->name) < handler->max_running;
+	if (ok)
+		strlcpy(VqMyExecutorSlot->limited_handler, handler->name, sizeof(VqMyExecutorSlot->limited_handler));
+	LWLockRelease(VqMyDatabaseSlot->lock);
+	return ok;
+}
+
+/* The job of a limited handler ended: give its turn back, and let the executors claim its next one. */
+void
+VqEndHandlerTurn(void)
+{
+	if (VqMyExecutorSlot->limited_handler[0] == '\0')
+		return;
+	LWLockAcquire(VqMyDatabaseSlot->lock, LW_EXCLUSIVE);
+	VqMyExecutorSlot->limited_handler[0] = '\0';
+	LWLockRelease(VqMyDatabaseSlot->lock);
+	VqWakeExecutors(VqMyDatabase, true, 0, 0);
+}
+
 #define CLAIM_COLUMNS \
 	"SELECT execution_id, job_id, handler, handler_address, queue, priority," \
 	" attempt_number, max_attempts, scheduled_at, payload, metadata, enqueued_by, handler_function" \
 	" FROM vq.job_active" \
 	" WHERE queue OPERATOR(pg_catalog.=) $1" \
 	" AND state OPERATOR(pg_catalog.=) 'ENQUEUED'::vq.job_state" \
-	" AND scheduled_at OPERATOR(pg_catalog.<=) $2"
+	" AND scheduled_at OPERATOR(pg_catalog.<=) $2" \
+	" AND handler OPERATOR(pg_catalog.<>) ALL ($3)"
 
 /* Append the rows the last claim statement returned to jobs, copied into mcxt. */
 static List *
@@ -259,48 +334,60 @@ CopyJobs(List *jobs, MemoryContext mcxt)
 	return jobs;
 }
 
-/* Claim up to n due jobs of a queue from the start of claim order (row locks only). */
+/*
+ * Claim up to n due jobs of a queue from the start of claim order (row locks
+ * only), but none of the handlers in excluded (text[]).
+ */
 static List *
-ClaimFromStart(VqQueue *queue, int n, TimestampTz now, MemoryContext mcxt)
+ClaimFromStart(VqQueue *queue, int n, TimestampTz now, Datum excluded, MemoryContext mcxt)
 {
-	Datum		values[3] = {queue->name_datum, TimestampTzGetDatum(now), Int32GetDatum(n)};
+	Datum		values[4] = {queue->name_datum, TimestampTzGetDatum(now), excluded, Int32GetDatum(n)};
 
 	if (SPI_execute_plan(VqKeepPlan(&claim_plan,
 								  CLAIM_COLUMNS
 								  " ORDER BY priority DESC, scheduled_at, execution_id"
-								  " LIMIT $3 FOR UPDATE SKIP LOCKED",
-								  3, (Oid[]) {TEXTOID, TIMESTAMPTZOID, INT4OID}),
+								  " LIMIT $4 FOR UPDATE SKIP LOCKED",
+								  4, (Oid[]) {TEXTOID, TIMESTAMPTZOID, TEXTARRAYOID, INT4OID}),
 						 values, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "vq_job: claim failed");
 	return CopyJobs(NIL, mcxt);
 }
 
-/* Claim up to n due jobs of one priority level, after its position; appends them to jobs. */
+/*
+ * Claim up to n due jobs of one priority level, after its position, but none
+ * of the handlers in excluded (text[]); appends them to jobs. With handlers
+ * excluded, the position stays: it must never pass a job left behind.
+ */
 static List *
-ClaimFromLevel(VqQueue *queue, VqClaimScan *scan, int n, TimestampTz now, MemoryContext mcxt, List *jobs)
+ClaimFromLevel(VqQueue *queue, VqClaimScan *scan, int n, TimestampTz now, Datum excluded, bool excluding,
+			   MemoryContext mcxt, List *jobs)
 {
 	static SPIPlanPtr level_plan = NULL;
-	Datum		values[6];
+	Datum		values[7];
 	VqJob	   *last;
 
 	values[0] = queue->name_datum;
 	values[1] = TimestampTzGetDatum(now);
-	values[2] = Int32GetDatum(scan->priority);
-	values[3] = TimestampTzGetDatum(scan->from.scheduled_at);
-	values[4] = UUIDPGetDatum(&scan->from.execution_id);
-	values[5] = Int32GetDatum(n);
+	values[2] = excluded;
+	values[3] = Int32GetDatum(scan->priority);
+	values[4] = TimestampTzGetDatum(scan->from.scheduled_at);
+	values[5] = UUIDPGetDatum(&scan->from.execution_id);
+	values[6] = Int32GetDatum(n);
 	if (SPI_execute_plan(VqKeepPlan(&level_plan,
 								  CLAIM_COLUMNS
-								  " AND priority OPERATOR(pg_catalog.=) $3"
-								  " AND (scheduled_at, execution_id) OPERATOR(pg_catalog.>) ($4, $5)"
+								  " AND priority OPERATOR(pg_catalog.=) $4"
+								  " AND (scheduled_at, execution_id) OPERATOR(pg_catalog.>) ($5, $6)"
 								  " ORDER BY scheduled_at, execution_id"
-								  " LIMIT $6 FOR UPDATE SKIP LOCKED",
-								  6, (Oid[]) {TEXTOID, TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID, UUIDOID, INT4OID}),
+								  " LIMIT $7 FOR UPDATE SKIP LOCKED",
+								  7, (Oid[]) {TEXTOID, TIMESTAMPTZOID, TEXTARRAYOID, INT4OID, TIMESTAMPTZOID,
+								  UUIDOID, INT4OID}),
 						 values, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "vq_job: claim failed");
 	if (SPI_processed == 0)
 		return jobs;
 	jobs = CopyJobs(jobs, mcxt);
+	if (excluding)
+		return jobs;
 	last = llast(jobs);
 	scan->took = true;
 	scan->last.scheduled_at = last->scheduled_at;
@@ -355,32 +442,34 @@ LearnLevels(VqQueue *queue)
  * (claimpos.c); a queue whose levels are not known is claimed from the start.
  */
 static List *
-ClaimJobsByIndex(VqQueue *queue, int n, TimestampTz now, MemoryContext mcxt)
+ClaimJobsByIndex(VqRegistry *registry, VqQueue *queue, int n, TimestampTz now, MemoryContext mcxt)
 {
 	VqClaimScan *scans = palloc(sizeof(VqClaimScan) * VQ_MAX_CLAIM_LEVELS);
 	int			nscans;
 	List	   *jobs = NIL;
+	int			nexcluded;
+	Datum		excluded = HandlersAtLimit(registry, &nexcluded);
 
 	if (!VqClaimPositionsBegin(VqMyDatabaseSlot, VqMyExecutorIndex, queue->name, scans, &nscans))
 	{
 		if (VqMyDatabaseSlot->positions.overflow)
-			return ClaimFromStart(queue, n, now, mcxt);
+			return ClaimFromStart(queue, n, now, excluded, mcxt);
 		LearnLevels(queue);
 		if (!VqClaimPositionsBegin(VqMyDatabaseSlot, VqMyExecutorIndex, queue->name, scans, &nscans))
-			return ClaimFromStart(queue, n, now, mcxt);
+			return ClaimFromStart(queue, n, now, excluded, mcxt);
 	}
 	for (int i = 0; i < nscans && list_length(jobs) < n; i++)
-		jobs = ClaimFromLevel(queue, &scans[i], n - list_length(jobs), now, mcxt, jobs);
+		jobs = ClaimFromLevel(queue, &scans[i], n - list_length(jobs), now, excluded, nexcluded > 0, mcxt, jobs);
 	VqClaimPositionsEnd(VqMyDatabaseSlot, VqMyExecutorIndex, queue->name, scans, nscans);
 	return jobs;
 }
 
 /* ClaimJobsByIndex, planned as ordered index scans whatever the statistics say (spi_util.h). */
 static List *
-ClaimJobs(VqQueue *queue, int n, TimestampTz now, MemoryContext mcxt)
+ClaimJobs(VqRegistry *registry, VqQueue *queue, int n, TimestampTz now, MemoryContext mcxt)
 {
 	int			level = VqIndexScansBegin();
-	List	   *jobs = ClaimJobsByIndex(queue, n, now, mcxt);
+	List	   *jobs = ClaimJobsByIndex(registry, queue, n, now, mcxt);
 
 	VqIndexScansEnd(level);
 	return jobs;
@@ -409,7 +498,7 @@ VisitOrder(bool use_hint, QueuePoll ***order_out)
 		rotated[k] = order[(k + queue_rotation) % nqueues];
 	for (int k = 1; hint != 0 && k < nqueues; k++)
 	{
-		if (VqQueueHash(rotated[k]->name) == hint)
+		if (VqNameHash(rotated[k]->name) == hint)
 		{
 			QueuePoll  *tmp = rotated[0];
 
@@ -447,7 +536,7 @@ VqClaimNext(VqRegistry *registry, TimestampTz now, bool use_hint, MemoryContext 
 			poll->next_poll = TimestampTzPlusMilliseconds(now, queue->sleep_delay_ms);
 			continue;
 		}
-		claim->jobs = ClaimJobs(queue, room, now, mcxt);
+		claim->jobs = ClaimJobs(registry, queue, room, now, mcxt);
 		Reschedule(poll, queue, claim->jobs != NIL, now);
 		VqSetClaimed(list_length(claim->jobs), false);
 		if (claim->jobs == NIL)

@@ -51,6 +51,13 @@ extern TimestampTz VqEarliestFutureDue(VqRegistry *registry, TimestampTz now);
 extern void VqSetClaimed(int n, bool jobs_finished);
 
 /*
+ * A handler with max_running: take one of its turns before running its job
+ * (false: all taken, leave the job), and give it back when the job ended.
+ */
+extern bool VqTakeHandlerTurn(VqHandler *handler);
+extern void VqEndHandlerTurn(void);
+
+/*
  * Room in a queue to announce again NOTIFY jobs no consumer took (0 while
  * any of its jobs is due); reserved until VqSetClaimed(0, false).
  */

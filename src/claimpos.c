@@ -125,7 +125,7 @@ CopyLevels(VqDatabaseSlot *slot, int executor, const char *queue, VqClaimScan *s
 			continue;
 		if (executor >= 0)
 		{
-			l->claimers |= (uint32) 1 << executor;
+			l->claimers |= (uint64) 1 << executor;
 			l->floor[executor] = KeyMax;
 		}
 		scans[*nscans].priority = l->priority;
@@ -163,12 +163,12 @@ VqClaimPositionsEnd(VqDatabaseSlot *slot, int executor, const char *queue, VqCla
 	for (int i = 0; i < nscans; i++)
 	{
 		VqClaimLevel *l = FindLevel(p, queue, scans[i].priority, false);
-		bool		registered = l != NULL && (l->claimers & ((uint32) 1 << executor));
+		bool		registered = l != NULL && (l->claimers & ((uint64) 1 << executor));
 		VqClaimKey	to;
 
 		if (!registered)
 			continue;			/* forgotten (and maybe learnt again) meanwhile */
-		l->claimers &= ~((uint32) 1 << executor);
+		l->claimers &= ~((uint64) 1 << executor);
 		if (!scans[i].took)
 			continue;
 		to = CompareKeys(&scans[i].last, &l->floor[executor]) < 0 ? scans[i].last : l->floor[executor];
@@ -218,7 +218,7 @@ VqClaimPositionLower(VqDatabaseSlot *slot, const char *queue, int32 priority, Ti
 	if (CompareKeys(&key, &l->pos) < 0)
 		l->pos = key;
 	for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
-		if ((l->claimers & ((uint32) 1 << i)) && CompareKeys(&key, &l->floor[i]) < 0)
+		if ((l->claimers & ((uint64) 1 << i)) && CompareKeys(&key, &l->floor[i]) < 0)
 			l->floor[i] = key;
 }
 
@@ -237,7 +237,7 @@ VqRelayPositionBegin(VqDatabaseSlot *slot, int executor)
 	int64		from;
 
 	LWLockAcquire(slot->lock, LW_EXCLUSIVE);
-	r->claimers |= (uint32) 1 << executor;
+	r->claimers |= (uint64) 1 << executor;
 	r->floor[executor] = PG_INT64_MAX;
 	from = r->pos;
 	LWLockRelease(slot->lock);
@@ -251,11 +251,11 @@ VqRelayPositionEnd(VqDatabaseSlot *slot, int executor, int64 last)
 	VqRelayPosition *r = &slot->positions.relay;
 
 	LWLockAcquire(slot->lock, LW_EXCLUSIVE);
-	if (r->claimers & ((uint32) 1 << executor))
+	if (r->claimers & ((uint64) 1 << executor))
 	{
 		int64		to = Min(last + 1, r->floor[executor]);
 
-		r->claimers &= ~((uint32) 1 << executor);
+		r->claimers &= ~((uint64) 1 << executor);
 		if (last > 0 && to > r->pos)
 			r->pos = to;
 	}
@@ -270,6 +270,6 @@ VqRelayPositionLower(VqDatabaseSlot *slot, int64 id)
 
 	r->pos = Min(r->pos, id);
 	for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
-		if (r->claimers & ((uint32) 1 << i))
+		if (r->claimers & ((uint64) 1 << i))
 			r->floor[i] = Min(r->floor[i], id);
 }

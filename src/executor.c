@@ -1,7 +1,10 @@
 /*
  * executor.c: the executor processes. Each database served by vq_job has
- * vq.executors_per_database of them (dynamic background workers started and
- * stopped by the launcher). Every executor polls the database's queues,
+ * vq.executors_per_database of them always, and more started on demand
+ * (dynamic background workers started and stopped by the launcher): an
+ * executor about to run a job claimed visibly (a slow handler) asks for
+ * executors for the slow jobs its claim left waiting and one to keep claiming
+ * (AskForExecutors); those started on demand exit after idling. Every executor polls the database's queues,
  * claims due jobs and runs them. Between jobs, every executor also rescues
  * jobs whose executor died and saves the progress of jobs running in the
  * others (so this goes on while any one of them is busy with a long job);
@@ -60,6 +63,7 @@
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/timeout.h"
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
@@ -91,6 +95,10 @@ PGDLLEXPORT void vq_executor_main(Datum arg);
 #define BATCH_TIME_LIMIT_MS 200
 /* Stay under the 64 subtransaction XIDs a backend caches (beyond, every snapshot slows down). */
 #define BATCH_MAX_WRITING_SUBXACTS 60
+/* An executor started on demand (number >= vq.executors_per_database) exits after idling this long. */
+#define EXTRA_EXECUTOR_IDLE_MS 10000
+/* A visible job of a handler not known to be slow asks for executors once it has run this long. */
+#define ASK_AFTER_MS 100
 
 Oid			VqMyDatabase = InvalidOid;
 int			VqMyExecutorIndex = 0;
@@ -106,6 +114,7 @@ typedef struct HandlerTiming
 
 static HTAB *handler_timings = NULL;
 static MemoryContext cycle_context = NULL;
+static TimeoutId ask_timeout;
 
 /* housekeeping schedule */
 static TimestampTz last_rescue = 0;
@@ -121,29 +130,64 @@ static bool just_woke = false;	/* the next cycle is the first after a sleep */
 static bool startup_due_checked = false;
 static TimestampTz relay_next_poll = 0;
 static int	relay_delay_ms = RELAY_POLL_BASE_MS;
+static TimestampTz last_work = 0;	/* when a poll cycle last found work */
+static bool started_always_running = false; /* started as one of vq.executors_per_database */
 
 static void CommitCycle(bool announced_only);
+
+/*
+ * A handler's recent execution time (µs), as another executor of the database
+ * saw it (-1: unknown). Shared so that an executor started on demand does not
+ * take every handler for a slow one (a job claimed visibly, and a request for
+ * more executors) the first time it meets it.
+ */
+static double
+SharedAverage(const char *handler)
+{
+	uint32		hash = VqNameHash(handler);
+	uint64		v = pg_atomic_read_u64(&VqMyDatabaseSlot->handler_timings[hash % VQ_HANDLER_TIMINGS]);
+
+	return (uint32) (v >> 32) == hash ? (double) (uint32) v : -1;
+}
+
+/* A handler's recent execution time (µs) as this or another executor saw it (-1: unknown). */
+static double
+HandlerAverage(const char *handler)
+{
+	HandlerTiming *t = hash_search(handler_timings, handler, HASH_FIND, NULL);
+
+	return t != NULL ? t->avg_us : SharedAverage(handler);
+}
 
 /* Is this handler fast enough to run inline in the claiming transaction? */
 static bool
 RunsInline(const char *handler)
 {
-	HandlerTiming *t;
+	double		avg_us;
 
 	if (vq_inline_handler_ms <= 0)
 		return false;
-	t = hash_search(handler_timings, handler, HASH_FIND, NULL);
-	return t != NULL && t->avg_us < vq_inline_handler_ms * 1000.0;
+	avg_us = HandlerAverage(handler);
+	return avg_us >= 0 && avg_us < vq_inline_handler_ms * 1000.0;
 }
 
-/* Remember how long a handler took (moving average over about ten runs). */
+/* Remember how long a handler took (moving average over about ten runs), here and for the others. */
 static void
 NoteDuration(const char *handler, int64 duration_us)
 {
 	bool		found;
 	HandlerTiming *t = hash_search(handler_timings, handler, HASH_ENTER, &found);
+	uint32		hash = VqNameHash(handler);
 
-	t->avg_us = found ? 0.9 * t->avg_us + 0.1 * duration_us : duration_us;
+	if (!found)
+	{
+		double		shared = SharedAverage(handler);
+
+		t->avg_us = shared >= 0 ? shared : duration_us;
+	}
+	t->avg_us = 0.9 * t->avg_us + 0.1 * duration_us;
+	pg_atomic_write_u64(&VqMyDatabaseSlot->handler_timings[hash % VQ_HANDLER_TIMINGS],
+						((uint64) hash << 32) | (uint32) Min(t->avg_us, (double) PG_UINT32_MAX));
 }
 
 /* ---- identity and the extension ------------------------------------------------------- */
@@ -166,6 +210,8 @@ AttachSlot(void)
 		e->queue[0] = '\0';
 		e->claimed = 0;
 		e->capacity_wait[0] = '\0';
+		e->running_visible = false;
+		e->limited_handler[0] = '\0';
 		memset(&e->job, 0, sizeof(VqRunningJob));
 		LWLockRelease(VqMyDatabaseSlot->lock);
 		VqMyExecutorSlot = e;
@@ -190,6 +236,7 @@ DetachSlot(int code, Datum arg)
 		VqMyExecutorSlot->latch = NULL;
 		VqMyExecutorSlot->claimed = 0;
 		VqMyExecutorSlot->capacity_wait[0] = '\0';
+		VqMyExecutorSlot->running_visible = false;
 	}
 	LWLockRelease(VqMyDatabaseSlot->lock);
 	VqWakeLauncher();
@@ -487,18 +534,105 @@ ReleaseUnreached(List *jobs, int first)
 	}
 }
 
+/* Function jobs from index first on whose handlers are not known to be fast. */
+static int
+CountSlow(List *jobs, int first)
+{
+	int			n = 0;
+
+	for (int i = first; i < list_length(jobs); i++)
+	{
+		VqJob	   *job = list_nth(jobs, i);
+
+		if (strncmp(job->address, "notify:", 7) != 0 && !RunsInline(job->handler))
+			n++;
+	}
+	return n;
+}
+
+/* Jobs of slow handlers a claim left waiting while this executor runs one claimed visibly. */
+static volatile sig_atomic_t slow_waiting = 0;
+
+/*
+ * A job claimed visibly keeps this executor from claiming until it ends, and
+ * slow_waiting jobs of slow handlers its claim left: ask the launcher for
+ * executors for them, and for one to keep claiming, as far as the idle
+ * executors of the database cannot serve them. The queues' capacities bound
+ * what can be claimed; an executor started for nothing exits after idling.
+ * Lock-free (called from a timeout handler too): the counts are hints.
+ */
+static void
+AskForExecutors(void)
+{
+	int			idle = 0;
+	int			want;
+	uint32		cur;
+
+	for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
+	{
+		VqExecutorSlot *e = &VqMyDatabaseSlot->executors[i];
+
+		if (e != VqMyExecutorSlot && e->pid != 0 && !e->running_visible)
+			idle++;
+	}
+	want = slow_waiting + 1 - idle;
+	if (want <= 0)
+		return;
+	/* the largest want since the launcher last looked: executors asking at once see the same jobs */
+	cur = pg_atomic_read_u32(&VqMyDatabaseSlot->executors_wanted);
+	while (cur < (uint32) want &&
+		   !pg_atomic_compare_exchange_u32(&VqMyDatabaseSlot->executors_wanted, &cur, (uint32) want))
+		;
+	if (VqShared->launcher_latch != NULL)
+		SetLatch(VqShared->launcher_latch);
+}
+
+/* ASK_AFTER_MS into the visible job of a handler not known to be slow: is its code still running? */
+static void
+AskTimeoutReached(void)
+{
+	if (VqInUserCode())
+		AskForExecutors();
+}
+
+/*
+ * This executor runs a job claimed visibly (or no longer does). A handler
+ * known to be slow gets executors asked for at once; one not known yet only
+ * once its job has run ASK_AFTER_MS (a fast handler met for the first time
+ * is done by then, and asks for nothing).
+ */
+static void
+SetRunningVisible(bool running, VqJob *job, int waiting)
+{
+	LWLockAcquire(VqMyDatabaseSlot->lock, LW_EXCLUSIVE);
+	VqMyExecutorSlot->running_visible = running;
+	LWLockRelease(VqMyDatabaseSlot->lock);
+	if (!running)
+	{
+		disable_timeout(ask_timeout, false);
+		return;
+	}
+	slow_waiting = waiting;
+	if (HandlerAverage(job->handler) >= 0)
+		AskForExecutors();
+	else
+		enable_timeout_after(ask_timeout, ASK_AFTER_MS);
+}
+
 /*
  * Run a claimed batch in the open transaction: inline jobs one by one, until
  * a job must be claimed visibly (it is marked RUNNING and returned, to run
  * after the commit), time or subtransaction limits are reached, shutdown is
  * requested, or a handler changed the transaction's constraint modes.
  * Failures are recorded at once, successes together at the end. Jobs of
- * another role than the first one run are not run here: jobs of different
- * roles never share a transaction. They, and jobs not reached, are released
- * (ReleaseUnreached).
+ * another role than the first one run are not run here (jobs of different
+ * roles never share a transaction), nor jobs of a handler whose max_running
+ * turns are all taken. They, and jobs not reached, are released
+ * (ReleaseUnreached); *slow_left: how many of those released after a job
+ * claimed visibly are of handlers not known to be fast.
  */
 static VqJob *
-RunBatch(List *jobs, VqQueue *queue, bool *ran_jobs)
+RunBatch(VqRegistry *registry, List *jobs, VqQueue *queue, bool *ran_jobs, int *slow_left)
 {
 	List	   *done = NIL;
 	List	   *done_outcomes = NIL;
@@ -522,7 +656,8 @@ RunBatch(List *jobs, VqQueue *queue, bool *ran_jobs)
 			VqDispatchNotify(job, job->address + 7);
 			continue;
 		}
-		if (OidIsValid(batch_role) && job->enqueued_by != batch_role)
+		if ((OidIsValid(batch_role) && job->enqueued_by != batch_role) ||
+			!VqTakeHandlerTurn(VqLookupHandler(registry, job->handler)))
 		{
 			VqJobsEnqueuedAtCommit(job->queue, job->priority, job->scheduled_at, true);
 			continue;
@@ -534,6 +669,7 @@ RunBatch(List *jobs, VqQueue *queue, bool *ran_jobs)
 			if (done != NIL)
 				VqPersistCompleted(done, done_outcomes, GetCurrentTimestamp());
 			ReleaseUnreached(jobs, foreach_current_index(lc) + 1);
+			*slow_left = CountSlow(jobs, foreach_current_index(lc) + 1);
 			return job;
 		}
 		batch_role = job->enqueued_by;
@@ -554,6 +690,7 @@ RunBatch(List *jobs, VqQueue *queue, bool *ran_jobs)
 		else
 			VqPersistFailure(job, outcome, queue, GetCurrentTimestamp());
 		VqFlushJobLogs(job);
+		VqEndHandlerTurn();
 		if (outcome->ends_transaction)
 		{
 			ReleaseUnreached(jobs, foreach_current_index(lc) + 1);
@@ -600,6 +737,7 @@ PollCycle(void)
 	VqClaim		claim;
 	VqJob	   *visible = NULL;
 	bool		ran_jobs = false;
+	int			slow_left = 0;
 
 	MemoryContextReset(cycle_context);
 	Housekeeping(now);
@@ -616,15 +754,18 @@ PollCycle(void)
 		return true;
 	}
 	if (VqClaimNext(registry, now, just_woke, cycle_context, &claim))
-		visible = RunBatch(claim.jobs, claim.queue, &ran_jobs);
+		visible = RunBatch(registry, claim.jobs, claim.queue, &ran_jobs, &slow_left);
 	just_woke = false;
 	CommitCycle(claim.jobs != NIL && !ran_jobs);
 
 	if (visible != NULL)
 	{
 		VqSetClaimed(1, true);
+		SetRunningVisible(true, visible, slow_left);
 		visible->running = true;
 		RunClaimedJob(visible, claim.queue);
+		SetRunningVisible(false, NULL, 0);
+		VqEndHandlerTurn();		/* (taken by RunBatch) */
 	}
 	VqSetClaimed(0, true);
 	VqRegistryRelease(registry);
@@ -632,6 +773,13 @@ PollCycle(void)
 }
 
 /* ---- the process ---------------------------------------------------------------------- */
+
+/* Was this executor started on demand (it exits after idling)? */
+static bool
+IsExtraExecutor(void)
+{
+	return VqMyExecutorIndex >= Min(vq_executors_per_database, VQ_MAX_EXECUTORS);
+}
 
 /* How long to sleep: until the next queue poll, known due time or housekeeping tick. */
 static long
@@ -647,6 +795,8 @@ SleepMs(void)
 		wake = Min(wake, TimestampTzPlusMilliseconds(last_progress_flush, vq_progress_flush_interval_ms));
 	if (VqMyExecutorIndex == 0)
 		wake = Min(wake, TimestampTzPlusMilliseconds(last_retention, RETENTION_INTERVAL_MS));
+	if (IsExtraExecutor())
+		wake = Min(wake, TimestampTzPlusMilliseconds(last_work, EXTRA_EXECUTOR_IDLE_MS));
 	if (wake <= now)
 		return 0;
 	/* round up: waking a little late is fine, waking before scheduled_at only wastes a poll */
@@ -752,8 +902,11 @@ SetUpExecutor(Datum arg)
 	handler_timings = hash_create("vq_job handler timings", 64, &ctl, HASH_ELEM | HASH_STRINGS);
 	VqClaimInit();
 	VqDispatchInit();
+	ask_timeout = RegisterTimeout(USER_TIMEOUT, AskTimeoutReached);
 
 	extension_generation_seen = pg_atomic_read_u64(&VqMyDatabaseSlot->extension_generation);
+	last_work = GetCurrentTimestamp();
+	started_always_running = !IsExtraExecutor();
 	last_wake_count = pg_atomic_read_u64(&VqMyDatabaseSlot->wake_count);
 	last_relay_wake_count = pg_atomic_read_u64(&VqMyDatabaseSlot->relay_wake_count);
 	return true;
@@ -772,10 +925,14 @@ vq_executor_main(Datum arg)
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending && !ReloadConfiguration())
 			break;
-		if (VqMyExecutorIndex >= Min(vq_executors_per_database, VQ_MAX_EXECUTORS))
-			break;				/* the pool was made smaller */
+		if (IsExtraExecutor() &&
+			(started_always_running ||
+			 TimestampDifferenceExceeds(last_work, GetCurrentTimestamp(), EXTRA_EXECUTOR_IDLE_MS)))
+			break;				/* the pool was made smaller; or started on demand, and idle */
 		ReadWakeCounters();
 		found_work = PollCycle();	/* exits the process if the extension is gone */
+		if (found_work)
+			last_work = GetCurrentTimestamp();
 		/* a background worker reports its table statistics itself (autovacuum depends on them) */
 		pgstat_report_stat(false);
 		if (VqMyExecutorIndex == 0 &&

@@ -314,14 +314,80 @@ StopExecutors(VqDatabaseSlot *slot, LauncherDatabase *db, TimestampTz now)
 	return next < 0 ? 1000 : Min(next, 1000);
 }
 
-/* Start the executors a database's state asks for; returns ms until a restart is allowed, or -1. */
+/* Executors alive in the whole cluster (started by this launcher), for vq.max_executors. */
+static int
+ExecutorsAlive(void)
+{
+	HASH_SEQ_STATUS seq;
+	LauncherDatabase *db;
+	int			n = 0;
+
+	hash_seq_init(&seq, launcher_databases);
+	while ((db = hash_seq_search(&seq)) != NULL)
+		for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
+			n += HandleAlive(db->handles[i]) ? 1 : 0;
+	return n;
+}
+
+/*
+ * Start the executors the database's executors asked for (executors_wanted,
+ * see AskForExecutors in executor.c), numbered from vq.executors_per_database
+ * on, counting those already starting; within vq.max_executors in the
+ * cluster, with a LOG line when that cap keeps some from starting.
+ */
+static void
+StartWantedExecutors(VqDatabaseSlot *slot, LauncherDatabase *db, int base)
+{
+	static bool cap_reported = false;
+	int			want = (int) pg_atomic_exchange_u32(&slot->executors_wanted, 0);
+	int			alive;
+
+	if (want == 0)
+	{
+		cap_reported = false;
+		return;
+	}
+	alive = ExecutorsAlive();
+	for (int i = base; i < VQ_MAX_EXECUTORS && want > 0; i++)
+	{
+		bool		attached;
+
+		LWLockAcquire(slot->lock, LW_SHARED);
+		attached = slot->executors[i].pid != 0;
+		LWLockRelease(slot->lock);
+		if (attached)
+			continue;
+		want--;					/* starting already, or started now */
+		if (HandleAlive(db->handles[i]))
+			continue;
+		if (alive >= vq_max_executors)
+		{
+			want++;
+			break;
+		}
+		StartExecutor(db, i);
+		alive++;
+	}
+	if (want > 0 && !cap_reported)
+		ereport(LOG,
+				(errmsg("vq_job: %d more executor(s) wanted for database \"%s\" not started: %d executors run (vq.max_executors = %d, at most %d per database)",
+						want, db->name, alive, vq_max_executors, VQ_MAX_EXECUTORS),
+				 errhint("Jobs of slow handlers wait for a free executor; raise vq.max_executors (and max_worker_processes) to run more at once.")));
+	cap_reported = want > 0;
+}
+
+/*
+ * Start the executors a database's state asks for: the first
+ * vq.executors_per_database always (restarted when they exit, at most once a
+ * second each), more on demand. Returns ms until a restart is allowed, or -1.
+ */
 static long
 StartExecutors(VqDatabaseSlot *slot, LauncherDatabase *db, VqDatabaseState state, TimestampTz now)
 {
-	int			wanted = (state == VQ_DB_ACTIVE) ? Min(vq_executors_per_database, VQ_MAX_EXECUTORS) : 1;
+	int			base = (state == VQ_DB_ACTIVE) ? Min(vq_executors_per_database, VQ_MAX_EXECUTORS) : 1;
 	long		next = -1;
 
-	for (int i = 0; i < wanted; i++)
+	for (int i = 0; i < base; i++)
 	{
 		bool		attached;
 
@@ -338,6 +404,8 @@ StartExecutors(VqDatabaseSlot *slot, LauncherDatabase *db, VqDatabaseState state
 		}
 		StartExecutor(db, i);
 	}
+	if (state == VQ_DB_ACTIVE)
+		StartWantedExecutors(slot, db, base);
 	return next;
 }
 

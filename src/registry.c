@@ -214,7 +214,7 @@ LoadQueue(ConfigRow *row, VqRegistry *reg)
 	q->instances = ColumnInt32(row, "instances", NULL);
 	q->paused = ColumnBool(row, "paused");
 	q->name_datum = RegistryText(name);
-	q->wake_hint = VqQueueHash(name);
+	q->wake_hint = VqNameHash(name);
 }
 
 /* A contract override, before it is applied to its handler. */
@@ -256,6 +256,7 @@ LoadHandler(ConfigRow *row, VqRegistry *reg)
 	char	   *kind = ColumnText(row, "kind");
 	bool		priority_null;
 	bool		max_attempts_null;
+	bool		max_running_null;
 	char	   *queue = ColumnText(row, "queue");
 	int32		priority = ColumnInt32(row, "priority", &priority_null);
 	int32		max_attempts = ColumnInt32(row, "max_attempts", &max_attempts_null);
@@ -269,10 +270,15 @@ LoadHandler(ConfigRow *row, VqRegistry *reg)
 	h->priority = (o && !o->priority_null) ? o->priority : !priority_null ? priority : VQ_DEFAULT_PRIORITY;
 	h->max_attempts = (o && !o->max_attempts_null) ? o->max_attempts
 		: !max_attempts_null ? max_attempts : VQ_DEFAULT_MAX_ATTEMPTS;
+	h->max_running = ColumnInt32(row, "max_running", &max_running_null);
+	if (max_running_null)
+		h->max_running = 0;
 	h->name_datum = RegistryText(name);
 	h->address_datum = RegistryText(h->address);
 	if (!h->is_function)
 		reg->has_notify_handlers = true;
+	if (h->max_running > 0)
+		reg->has_limited_handlers = true;
 }
 
 /* Order handler pointers by name, as strcmp does (the "C" collation). */

@@ -21,7 +21,7 @@ typedef struct VqQueue
 	int32		instances;
 	bool		paused;
 	Datum		name_datum;		/* text, for SPI parameters */
-	uint32		wake_hint;		/* VqQueueHash(name): names it in a wake-up */
+	uint32		wake_hint;		/* VqNameHash(name): names it in a wake-up */
 } VqQueue;
 
 typedef struct VqHandler
@@ -37,6 +37,7 @@ typedef struct VqHandler
 	char	   *queue_name;		/* may name a queue dropped since (then queue is NULL) */
 	int32		priority;
 	int32		max_attempts;
+	int32		max_running;	/* most of its jobs running at once (0: no limit but the queue's) */
 	Datum		name_datum;		/* text, for SPI parameters */
 	Datum		address_datum;	/* text, for SPI parameters */
 } VqHandler;
@@ -60,6 +61,7 @@ typedef struct VqRegistry
 	struct HTAB *destination_hash;
 	int			ndestinations;
 	bool		has_notify_handlers;
+	bool		has_limited_handlers;	/* a handler has max_running */
 	uint64		generation;		/* counts the builds in this backend: tells copies apart */
 } VqRegistry;
 

@@ -49,6 +49,9 @@ InitDatabaseSlot(VqDatabaseSlot *slot, LWLock *lock)
 	pg_atomic_init_u64(&slot->next_due, (uint64) VQ_NO_NEXT_DUE);
 	pg_atomic_init_u32(&slot->due_queue_hint, 0);
 	pg_atomic_init_u64(&slot->extension_generation, 0);
+	pg_atomic_init_u32(&slot->executors_wanted, 0);
+	for (int i = 0; i < VQ_HANDLER_TIMINGS; i++)
+		pg_atomic_init_u64(&slot->handler_timings[i], 0);
 	for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
 	{
 		pg_atomic_init_u64(&slot->cancel_seq[i], 0);
@@ -91,11 +94,11 @@ VqShmemInit(void)
 	shmem_startup_hook = VqShmemStartup;
 }
 
-/* A queue name's hash for due_queue_hint (never 0). */
+/* A name's hash (never 0): due_queue_hint, handler_timings. */
 uint32
-VqQueueHash(const char *queue)
+VqNameHash(const char *name)
 {
-	uint32		h = hash_bytes((const unsigned char *) queue, strlen(queue));
+	uint32		h = hash_bytes((const unsigned char *) name, strlen(name));
 
 	return h == 0 ? 1 : h;
 }

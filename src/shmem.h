@@ -17,6 +17,11 @@
  *    read by the executors.
  *  - slot->cancel_seq[i]: a request box to executor i (vq_cancel writes the
  *    sequence number of the run to flag; executor i reads it).
+ *  - slot->executors_wanted: a request box to the launcher (executors raise it
+ *    to the number of executors they want started; the launcher takes and
+ *    zeroes it).
+ *  - slot->handler_timings: hints, written by any executor after a run (the
+ *    last writer wins), read by the others.
  *  - slot->positions: where claims got to in each (queue, priority), under
  *    the slot's lock: executors advance them after a claim, and every commit
  *    that makes a job ENQUEUED lowers them (claimpos.c).
@@ -35,11 +40,17 @@
 
 #include "vq_job.h"
 
+/* Handler execution times remembered per database (by name hash; a collision only costs a guess). */
+#define VQ_HANDLER_TIMINGS 64
+
 /* "Nothing known to be due": the next-due value when no future job is known. */
 #define VQ_NO_NEXT_DUE PG_INT64_MAX
 
-/* Most executor processes one database can have (vq.executors_per_database is capped by it). */
-#define VQ_MAX_EXECUTORS 16
+/*
+ * Most executor processes one database can have: the vq.executors_per_database
+ * that always run, and those started on demand (see VqExecutorSlot.running_visible).
+ */
+#define VQ_MAX_EXECUTORS 64
 
 typedef enum VqDatabaseState
 {
@@ -81,7 +92,7 @@ typedef struct VqClaimLevel
 	char		queue[VQ_NAME_MAX + 1];
 	int32		priority;
 	VqClaimKey	pos;			/* claims resume after this key */
-	uint32		claimers;		/* bit i: executor i is claiming from this level now */
+	uint64		claimers;		/* bit i: executor i is claiming from this level now */
 	VqClaimKey	floor[VQ_MAX_EXECUTORS];	/* lowest key committed during executor i's claim */
 } VqClaimLevel;
 
@@ -94,7 +105,7 @@ typedef struct VqClaimLevel
 typedef struct VqRelayPosition
 {
 	int64		pos;			/* relays scan from this id (0: from the start) */
-	uint32		claimers;		/* bit i: executor i is relaying now */
+	uint64		claimers;		/* bit i: executor i is relaying now */
 	int64		floor[VQ_MAX_EXECUTORS];	/* lowest id committed during executor i's relay */
 } VqRelayPosition;
 
@@ -146,6 +157,8 @@ typedef struct VqExecutorSlot
 	char		queue[VQ_NAME_MAX + 1];	/* the queue of its claimed jobs */
 	int			claimed;		/* jobs claimed (or reserved) and not finished */
 	char		capacity_wait[VQ_NAME_MAX + 1];	/* a queue it found at capacity ('' = none) */
+	bool		running_visible;	/* runs a job claimed visibly: claims nothing until it ends */
+	char		limited_handler[VQ_NAME_MAX + 1];	/* runs a job of this handler, which has max_running ('' = none) */
 	/* the job running now: changecount protocol */
 	uint32		changecount;
 	VqRunningJob job;
@@ -161,9 +174,12 @@ typedef struct VqDatabaseSlot
 	pg_atomic_uint64 wake_count;	/* commits that enqueued due work */
 	pg_atomic_uint64 relay_wake_count;	/* commits that published outbox rows due now */
 	pg_atomic_uint64 next_due;	/* earliest future scheduled_at enqueued (TimestampTz) */
-	pg_atomic_uint32 due_queue_hint;	/* VqQueueHash of a queue that just got due jobs (0: none) */
+	pg_atomic_uint32 due_queue_hint;	/* VqNameHash of a queue that just got due jobs (0: none) */
 	pg_atomic_uint64 extension_generation;	/* CREATE / DROP EXTENSION vq_job commits */
 	pg_atomic_uint64 cancel_seq[VQ_MAX_EXECUTORS];	/* run to flag cancelled, per executor */
+	pg_atomic_uint32 executors_wanted;	/* most executors any executor asked for since the launcher took it */
+	/* handlers' recent execution times, shared so a new executor knows which run inline (see executor.c) */
+	pg_atomic_uint64 handler_timings[VQ_HANDLER_TIMINGS];
 	VqClaimPositions positions; /* under the slot's lock: advanced by claims, lowered by commits */
 	VqExecutorSlot executors[VQ_MAX_EXECUTORS];
 } VqDatabaseSlot;
@@ -182,8 +198,8 @@ extern VqSharedState *VqShared;
 /* Register the shared-memory request and startup hooks (from _PG_init). */
 extern void VqShmemInit(void);
 
-/* A queue name's hash for due_queue_hint (never 0). */
-extern uint32 VqQueueHash(const char *queue);
+/* A name's hash (never 0): due_queue_hint, handler_timings. */
+extern uint32 VqNameHash(const char *name);
 
 /* The slot of a database, or NULL (caller holds VqShared->lock). */
 extern VqDatabaseSlot *VqFindDatabaseSlot(Oid dboid);

@@ -8,6 +8,7 @@
 #include "fmgr.h"
 #include "access/detoast.h"
 #include "miscadmin.h"
+#include "postmaster/postmaster.h"
 #include "utils/guc.h"
 
 #include "compat.h"
@@ -26,6 +27,7 @@ int			vq_progress_flush_interval_ms = 10000;
 char	   *vq_databases = NULL;
 int			vq_max_databases = 16;
 int			vq_executors_per_database = 2;
+int			vq_max_executors = 16;
 int			vq_batch_size = 100;
 int			vq_inline_handler_ms = 5;
 int			vq_shutdown_grace_ms = 5000;
@@ -100,8 +102,12 @@ DefineSettings(void)
 							NULL, &vq_max_databases, 16, 1, 1024,
 							PGC_POSTMASTER, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("vq.executors_per_database",
-							"Executor processes per served database (real parallelism for function handlers).",
+							"Executor processes that always run per served database (more start on demand, up to vq.max_executors).",
 							NULL, &vq_executors_per_database, 2, 1, VQ_MAX_EXECUTORS,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("vq.max_executors",
+							"Most executor processes in the cluster: executors beyond vq.executors_per_database start on demand while jobs claimed visibly (slow handlers) keep the others busy, and exit after idling.",
+							NULL, &vq_max_executors, 16, 1, MAX_BACKENDS,
 							PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("vq.batch_size",
 							"Most jobs one claim takes (also bounded by the queue's free capacity).",

@@ -46,6 +46,7 @@ extern int	vq_log_max_line_bytes;
 extern char *vq_databases;
 extern int	vq_max_databases;
 extern int	vq_executors_per_database;
+extern int	vq_max_executors;
 extern int	vq_batch_size;
 extern int	vq_inline_handler_ms;
 extern int	vq_shutdown_grace_ms;

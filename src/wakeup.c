@@ -53,7 +53,7 @@ static NotedLevel noted_levels[MAX_NOTED_LEVELS];
 static int	n_noted_levels = 0;
 static bool forget_positions_at_commit = false;
 static bool due_at_commit = false;
-static uint32 queue_hint_at_commit = 0;	/* VqQueueHash of the last queue given due jobs */
+static uint32 queue_hint_at_commit = 0;	/* VqNameHash of the last queue given due jobs */
 static TimestampTz next_due_at_commit = VQ_NO_NEXT_DUE;
 static bool relay_at_commit = false;
 static int64 relay_low_id_at_commit = PG_INT64_MAX;	/* lowest id of the rows due at publication */
@@ -98,7 +98,7 @@ typedef struct WakeUp
 {
 	bool		due_now;		/* work is due now (else at next_due) */
 	TimestampTz next_due;
-	uint32		queue_hint;		/* VqQueueHash of the queue with the work (0: unknown) */
+	uint32		queue_hint;		/* VqNameHash of the queue with the work (0: unknown) */
 	bool		relay;			/* outbox rows are due now */
 	bool		extension_changed;	/* vq_job was created or dropped */
 } WakeUp;
@@ -300,7 +300,7 @@ VqJobsEnqueuedAtCommit(const char *queue, int32 priority, TimestampTz scheduled_
 	RegisterCallbacks();
 	NoteLevel(queue, priority, scheduled_at);
 	if (wake)
-		(void) WakeAt(scheduled_at, VqQueueHash(queue));
+		(void) WakeAt(scheduled_at, VqNameHash(queue));
 }
 
 /* At commit: jobs became ENQUEUED by means the claim positions cannot follow. */

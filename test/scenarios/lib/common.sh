@@ -181,10 +181,12 @@ assert_stays() {
     done
 }
 
-# one_executor: vq.executors_per_database = 1 (restored by cleanup_configs), and wait until this
-# database has exactly one executor, so every job runs in the same process.
+# one_executor: vq.executors_per_database = 1 and vq.max_executors = 1 (none started on demand;
+# restored by cleanup_configs), and wait until this database has exactly one executor, so every
+# job runs in the same process.
 one_executor() {
     set_config vq.executors_per_database 1
+    set_config vq.max_executors 1
     wait_for "SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'vq_job executor'
                   AND datname = current_database()" 10 "exactly one executor for $PGDATABASE"
 }
