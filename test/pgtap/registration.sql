@@ -96,7 +96,7 @@ SELECT has_function('vq_drop_queue', ARRAY['text']);
 SELECT has_function('vq_set_contract_override', ARRAY['text', 'text', 'integer', 'integer']);
 SELECT has_function('vq_drop_contract_override', ARRAY['text']);
 SELECT has_function('vq_configure', ARRAY['jsonb']);
-SELECT has_function('vq_register_handler', ARRAY['text', 'regprocedure', 'text', 'integer', 'integer']);
+SELECT has_function('vq_register_handler', ARRAY['text', 'regprocedure', 'text', 'integer', 'integer', 'integer']);
 SELECT has_function('vq_register_notify_handler', ARRAY['text', 'text', 'text', 'integer', 'integer']);
 SELECT has_function('vq_register_handlers', ARRAY['jsonb']);
 SELECT has_function('vq_unregister_handler', ARRAY['text']);

@@ -169,14 +169,15 @@ q "CREATE FUNCTION sd_long(p jsonb, ctx vq.job_context) RETURNS void LANGUAGE pl
        END IF;
        INSERT INTO public.sd_effect (execution_id, attempt_number) VALUES (ctx.execution_id, ctx.attempt_number);
    END \$\$" >/dev/null
-q "SELECT vq_register_handler('long', 'sd_long(jsonb, vq.job_context)', queue => 'sd')" >/dev/null
+# one handler name per run: a handler met for the first time is claimed visibly (RUNNING)
+q "SELECT vq_register_handler(h, 'sd_long(jsonb, vq.job_context)', queue => 'sd') FROM unnest(ARRAY['long_c', 'long_d']) h" >/dev/null
 
-# stop_while_long TAG PAYLOAD MAX_STOP_SECS: run a 'long' job (max_attempts 1) into pg_sleep, stop
+# stop_while_long TAG PAYLOAD MAX_STOP_SECS: run a long_TAG job (max_attempts 1) into pg_sleep, stop
 # the server fast, restart; the job must come back with its attempt unchanged and complete.
 stop_while_long() {
     local tag="$1" payload="$2" max_secs="$3" id tr err e logs
     q "UPDATE sd_flag SET slow = true" >/dev/null
-    id="$(q "SELECT vq_enqueue('long', '$payload', max_attempts => 1)")"
+    id="$(q "SELECT vq_enqueue('long_$tag', '$payload', max_attempts => 1)")"
     wait_for "SELECT EXISTS (SELECT 1 FROM vq.job j JOIN pg_stat_activity a ON a.pid = j.worker_pid
                          WHERE j.execution_id = '$id' AND j.state = 'RUNNING' AND a.wait_event = 'PgSleep')" 15 \
         "($tag) job $id RUNNING in pg_sleep"
