@@ -477,6 +477,8 @@ VqReannounceWaiting(VqRegistry *registry, TimestampTz now)
 	static SPIPlanPtr queues_plan = NULL;
 	static SPIPlanPtr announce_plan = NULL;
 	Datum		values[4];
+	List	   *queues = NIL;
+	ListCell   *lc;
 
 	values[0] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now, -(int64) vq_notify_take_timeout_ms));
 	values[1] = TimestampTzGetDatum(now);
@@ -489,8 +491,10 @@ VqReannounceWaiting(VqRegistry *registry, TimestampTz now)
 						 values, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "vq_job: looking for unannounced NOTIFY jobs failed");
 	for (uint64 i = 0; i < SPI_processed; i++)
+		queues = lappend(queues, SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1));
+	foreach(lc, queues)			/* (the statements below replace SPI_tuptable) */
 	{
-		VqQueue    *queue = VqLookupQueue(registry, SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1));
+		VqQueue    *queue = VqLookupQueue(registry, lfirst(lc));
 		int			room = queue ? VqRoomToReannounce(registry, queue, now) : 0;
 
 		if (room == 0)

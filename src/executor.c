@@ -4,7 +4,7 @@
  * (dynamic background workers started and stopped by the launcher): an
  * executor about to run a job claimed visibly (a slow handler) asks for
  * executors for the slow jobs its claim left waiting and one to keep claiming
- * (AskForExecutors); those started on demand exit after idling. Every executor polls the database's queues,
+ * (pool.c); those started on demand exit after idling. Every executor polls the database's queues,
  * claims due jobs and runs them. Between jobs, every executor also rescues
  * jobs whose executor died and saves the progress of jobs running in the
  * others (so this goes on while any one of them is busy with a long job);
@@ -74,6 +74,7 @@
 #include "jobapi.h"
 #include "launcher.h"
 #include "outcome.h"
+#include "pool.h"
 #include "relay.h"
 #include "retention.h"
 #include "roles.h"
@@ -97,24 +98,13 @@ PGDLLEXPORT void vq_executor_main(Datum arg);
 #define BATCH_MAX_WRITING_SUBXACTS 60
 /* An executor started on demand (number >= vq.executors_per_database) exits after idling this long. */
 #define EXTRA_EXECUTOR_IDLE_MS 10000
-/* A visible job of a handler not known to be slow asks for executors once it has run this long. */
-#define ASK_AFTER_MS 100
 
 Oid			VqMyDatabase = InvalidOid;
 int			VqMyExecutorIndex = 0;
 VqDatabaseSlot *VqMyDatabaseSlot = NULL;
 VqExecutorSlot *VqMyExecutorSlot = NULL;
 
-/* Recent execution time of a handler: decides inline or visible claims. */
-typedef struct HandlerTiming
-{
-	char		name[VQ_NAME_MAX + 1];	/* hash key */
-	double		avg_us;
-} HandlerTiming;
-
-static HTAB *handler_timings = NULL;
 static MemoryContext cycle_context = NULL;
-static TimeoutId ask_timeout;
 
 /* housekeeping schedule */
 static TimestampTz last_rescue = 0;
@@ -134,61 +124,6 @@ static TimestampTz last_work = 0;	/* when a poll cycle last found work */
 static bool started_always_running = false; /* started as one of vq.executors_per_database */
 
 static void CommitCycle(bool announced_only);
-
-/*
- * A handler's recent execution time (µs), as another executor of the database
- * saw it (-1: unknown). Shared so that an executor started on demand does not
- * take every handler for a slow one (a job claimed visibly, and a request for
- * more executors) the first time it meets it.
- */
-static double
-SharedAverage(const char *handler)
-{
-	uint32		hash = VqNameHash(handler);
-	uint64		v = pg_atomic_read_u64(&VqMyDatabaseSlot->handler_timings[hash % VQ_HANDLER_TIMINGS]);
-
-	return (uint32) (v >> 32) == hash ? (double) (uint32) v : -1;
-}
-
-/* A handler's recent execution time (µs) as this or another executor saw it (-1: unknown). */
-static double
-HandlerAverage(const char *handler)
-{
-	HandlerTiming *t = hash_search(handler_timings, handler, HASH_FIND, NULL);
-
-	return t != NULL ? t->avg_us : SharedAverage(handler);
-}
-
-/* Is this handler fast enough to run inline in the claiming transaction? */
-static bool
-RunsInline(const char *handler)
-{
-	double		avg_us;
-
-	if (vq_inline_handler_ms <= 0)
-		return false;
-	avg_us = HandlerAverage(handler);
-	return avg_us >= 0 && avg_us < vq_inline_handler_ms * 1000.0;
-}
-
-/* Remember how long a handler took (moving average over about ten runs), here and for the others. */
-static void
-NoteDuration(const char *handler, int64 duration_us)
-{
-	bool		found;
-	HandlerTiming *t = hash_search(handler_timings, handler, HASH_ENTER, &found);
-	uint32		hash = VqNameHash(handler);
-
-	if (!found)
-	{
-		double		shared = SharedAverage(handler);
-
-		t->avg_us = shared >= 0 ? shared : duration_us;
-	}
-	t->avg_us = 0.9 * t->avg_us + 0.1 * duration_us;
-	pg_atomic_write_u64(&VqMyDatabaseSlot->handler_timings[hash % VQ_HANDLER_TIMINGS],
-						((uint64) hash << 32) | (uint32) Min(t->avg_us, (double) PG_UINT32_MAX));
-}
 
 /* ---- identity and the extension ------------------------------------------------------- */
 
@@ -269,17 +204,17 @@ RecordCutWorkAtExit(int code, Datum arg)
 		outcome.error = "interrupted by a stop: the handler ignored the cancel and its executor was terminated; the attempt does not count";
 	}
 	else if (VqUserCodeTimedOut())
-	{
 		outcome.kind = VQ_OUTCOME_ABANDONED;
-		outcome.error = psprintf("execution timed out after %d ms; the handler ignored the cancel, so its executor was terminated %d ms later",
-								 vq_execution_timeout_ms, VQ_HARD_TIMEOUT_AFTER_MS);
-	}
 	else
 		return;
 
 	/* (an error here, during exit, ends the process at once: the orphan rescue is the fallback) */
 	AbortOutOfAnyTransaction();
 	VqBeginTransaction();
+	/* (allocated in the new transaction: the aborted one's memory is gone) */
+	if (outcome.kind == VQ_OUTCOME_ABANDONED)
+		outcome.error = psprintf("execution timed out after %d ms; the handler ignored the cancel, so its executor was terminated %d ms later",
+								 vq_execution_timeout_ms, VQ_HARD_TIMEOUT_AFTER_MS);
 	if (job != NULL)
 	{
 		ereport(LOG, (errmsg("vq_job executor %d: %s (handler %s)", VqMyExecutorIndex, outcome.error, job->handler)));
@@ -408,8 +343,8 @@ CheckExtension(TimestampTz now)
  * Between claims, in a short transaction of its own when any is due: make
  * sure the extension is still there (a CREATE or DROP EXTENSION also moves
  * the slot's generation), abandon jobs of dead executors, announce again
- * NOTIFY jobs no consumer took, save the live progress of running jobs. Its own transaction, so that the rows it touches
- * are not held through a batch.
+ * NOTIFY jobs no consumer took, save the live progress of running jobs. Its
+ * own transaction, so that the rows it touches are not held through a batch.
  */
 static void
 Housekeeping(TimestampTz now)
@@ -499,7 +434,7 @@ RunClaimedJob(VqJob *job, VqQueue *queue)
 
 	VqBeginTransaction();
 	VqRunFunctionHandler(job, &outcome);
-	NoteDuration(job->handler, outcome.duration_us);
+	VqNoteDuration(job->handler, outcome.duration_us);
 	now = GetCurrentTimestamp();
 	if (outcome.kind == VQ_OUTCOME_COMPLETED)
 		VqPersistCompleted(list_make1(job), list_make1(&outcome), now);
@@ -532,91 +467,6 @@ ReleaseUnreached(List *jobs, int first)
 
 		VqJobsEnqueuedAtCommit(job->queue, job->priority, job->scheduled_at, true);
 	}
-}
-
-/* Function jobs from index first on whose handlers are not known to be fast. */
-static int
-CountSlow(List *jobs, int first)
-{
-	int			n = 0;
-
-	for (int i = first; i < list_length(jobs); i++)
-	{
-		VqJob	   *job = list_nth(jobs, i);
-
-		if (strncmp(job->address, "notify:", 7) != 0 && !RunsInline(job->handler))
-			n++;
-	}
-	return n;
-}
-
-/* Jobs of slow handlers a claim left waiting while this executor runs one claimed visibly. */
-static volatile sig_atomic_t slow_waiting = 0;
-
-/*
- * A job claimed visibly keeps this executor from claiming until it ends, and
- * slow_waiting jobs of slow handlers its claim left: ask the launcher for
- * executors for them, and for one to keep claiming, as far as the idle
- * executors of the database cannot serve them. The queues' capacities bound
- * what can be claimed; an executor started for nothing exits after idling.
- * Lock-free (called from a timeout handler too): the counts are hints.
- */
-static void
-AskForExecutors(void)
-{
-	int			idle = 0;
-	int			want;
-	uint32		cur;
-
-	for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
-	{
-		VqExecutorSlot *e = &VqMyDatabaseSlot->executors[i];
-
-		if (e != VqMyExecutorSlot && e->pid != 0 && !e->running_visible)
-			idle++;
-	}
-	want = slow_waiting + 1 - idle;
-	if (want <= 0)
-		return;
-	/* the largest want since the launcher last looked: executors asking at once see the same jobs */
-	cur = pg_atomic_read_u32(&VqMyDatabaseSlot->executors_wanted);
-	while (cur < (uint32) want &&
-		   !pg_atomic_compare_exchange_u32(&VqMyDatabaseSlot->executors_wanted, &cur, (uint32) want))
-		;
-	if (VqShared->launcher_latch != NULL)
-		SetLatch(VqShared->launcher_latch);
-}
-
-/* ASK_AFTER_MS into the visible job of a handler not known to be slow: is its code still running? */
-static void
-AskTimeoutReached(void)
-{
-	if (VqInUserCode())
-		AskForExecutors();
-}
-
-/*
- * This executor runs a job claimed visibly (or no longer does). A handler
- * known to be slow gets executors asked for at once; one not known yet only
- * once its job has run ASK_AFTER_MS (a fast handler met for the first time
- * is done by then, and asks for nothing).
- */
-static void
-SetRunningVisible(bool running, VqJob *job, int waiting)
-{
-	LWLockAcquire(VqMyDatabaseSlot->lock, LW_EXCLUSIVE);
-	VqMyExecutorSlot->running_visible = running;
-	LWLockRelease(VqMyDatabaseSlot->lock);
-	if (!running)
-	{
-		disable_timeout(ask_timeout, false);
-		return;
-	}
-	slow_waiting = waiting;
-	if (HandlerAverage(job->handler) >= 0)
-		AskForExecutors();
-	else
-		enable_timeout_after(ask_timeout, ASK_AFTER_MS);
 }
 
 /*
@@ -663,19 +513,19 @@ RunBatch(VqRegistry *registry, List *jobs, VqQueue *queue, bool *ran_jobs, int *
 			continue;
 		}
 		*ran_jobs = true;
-		if (!RunsInline(job->handler))
+		if (!VqRunsInline(job->handler))
 		{
 			VqPersistRunning(job, false, GetCurrentTimestamp());
 			if (done != NIL)
 				VqPersistCompleted(done, done_outcomes, GetCurrentTimestamp());
 			ReleaseUnreached(jobs, foreach_current_index(lc) + 1);
-			*slow_left = CountSlow(jobs, foreach_current_index(lc) + 1);
+			*slow_left = VqCountSlow(jobs, foreach_current_index(lc) + 1);
 			return job;
 		}
 		batch_role = job->enqueued_by;
 		outcome = MemoryContextAllocZero(cycle_context, sizeof(VqOutcome));
 		VqRunFunctionHandler(job, outcome);
-		NoteDuration(job->handler, outcome->duration_us);
+		VqNoteDuration(job->handler, outcome->duration_us);
 		writers += outcome->wrote ? 1 : 0;
 		if (outcome->kind == VQ_OUTCOME_COMPLETED)
 		{
@@ -761,10 +611,10 @@ PollCycle(void)
 	if (visible != NULL)
 	{
 		VqSetClaimed(1, true);
-		SetRunningVisible(true, visible, slow_left);
+		VqSetRunningVisible(true, visible, slow_left);
 		visible->running = true;
 		RunClaimedJob(visible, claim.queue);
-		SetRunningVisible(false, NULL, 0);
+		VqSetRunningVisible(false, NULL, 0);
 		VqEndHandlerTurn();		/* (taken by RunBatch) */
 	}
 	VqSetClaimed(0, true);
@@ -870,7 +720,6 @@ static bool
 SetUpExecutor(Datum arg)
 {
 	int64		packed = DatumGetInt64(arg);
-	HASHCTL		ctl;
 	char		appname[64];
 
 	VqMyDatabase = (Oid) (packed >> 16);
@@ -897,12 +746,9 @@ SetUpExecutor(Datum arg)
 	SetConfigOption("synchronous_commit", vq_worker_synchronous_commit ? "on" : "off", PGC_SUSET, PGC_S_OVERRIDE);
 
 	cycle_context = AllocSetContextCreate(TopMemoryContext, "vq_job executor cycle", ALLOCSET_DEFAULT_SIZES);
-	ctl.keysize = VQ_NAME_MAX + 1;
-	ctl.entrysize = sizeof(HandlerTiming);
-	handler_timings = hash_create("vq_job handler timings", 64, &ctl, HASH_ELEM | HASH_STRINGS);
 	VqClaimInit();
 	VqDispatchInit();
-	ask_timeout = RegisterTimeout(USER_TIMEOUT, AskTimeoutReached);
+	VqPoolInit();
 
 	extension_generation_seen = pg_atomic_read_u64(&VqMyDatabaseSlot->extension_generation);
 	last_work = GetCurrentTimestamp();

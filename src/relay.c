@@ -57,8 +57,12 @@
 #define RELAY_BACKOFF_BASE_MS 1000
 #define RELAY_BACKOFF_MAX_MS 300000
 
-/* The row whose destination function runs now (NULL: none). */
-static struct OutboxRow *delivering = NULL;
+/*
+ * The row whose destination function runs now (id 0: none): a copy of what
+ * recording it needs, as its row in memory goes with an aborted transaction.
+ */
+static int64 delivering_id = 0;
+static int32 delivering_attempts = 0;
 
 typedef enum RelayResult
 {
@@ -258,7 +262,8 @@ DeliverCustom(VqRegistry *registry, OutboxRow *row, char **message)
 
 	/* like a handler: as the publisher, under the execution timeout and the shutdown grace */
 	VqEnterUserCode(row->published_by, &as_user);
-	delivering = row;
+	delivering_id = row->id;
+	delivering_attempts = row->attempts;
 	VqWatchBegin();
 	{
 		LOCAL_FCINFO(fcinfo, 4);
@@ -282,7 +287,7 @@ DeliverCustom(VqRegistry *registry, OutboxRow *row, char **message)
 	}
 	VqLeaveUserCode(&as_user);	/* fires its deferred triggers: still under the timeout */
 	VqWatchEnd(true);
-	delivering = NULL;
+	delivering_id = 0;
 
 	rec = DatumGetHeapTupleHeader(result);
 	desc = lookup_rowtype_tupdesc(publish_result_type, -1);
@@ -344,7 +349,7 @@ DeliverRow(VqRegistry *registry, OutboxRow *row, char **message, bool *end_trans
 		ErrorData  *edata;
 
 		VqWatchEnd(false);		/* a destination function may have been cut short */
-		delivering = NULL;
+		delivering_id = 0;
 		MemoryContextSwitchTo(caller_context);
 		edata = CopyErrorData();
 		FlushErrorState();
@@ -408,13 +413,18 @@ RecordUndelivered(OutboxRow *row, RelayResult result, const char *message, Times
 bool
 VqRelayRecordCutDelivery(void)
 {
-	if (delivering == NULL)
+	OutboxRow	row;
+
+	if (delivering_id == 0)
 		return false;
-	RecordUndelivered(delivering, RELAY_RETRYABLE,
+	memset(&row, 0, sizeof(row));
+	row.id = delivering_id;
+	row.attempts = delivering_attempts;
+	RecordUndelivered(&row, RELAY_RETRYABLE,
 					  psprintf("destination function still running %d ms after the execution timeout (%d ms) cancelled it; its executor was terminated",
 							   VQ_HARD_TIMEOUT_AFTER_MS, vq_execution_timeout_ms),
 					  GetCurrentTimestamp());
-	delivering = NULL;
+	delivering_id = 0;
 	return true;
 }
 
