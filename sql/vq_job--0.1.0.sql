@@ -1193,6 +1193,31 @@ $$;
 
 REVOKE ALL ON FUNCTION vq_redrive(uuid), vq_redrive(text, text, timestamptz), vq.redrive(uuid[]) FROM PUBLIC;
 
+-- Hand a role's unfinished jobs and undelivered outbox rows to another role (before DROP ROLE,
+-- which is refused while a role has any in the database). They then run (are delivered) as the
+-- new role, which needs EXECUTE on their handler functions like any enqueuer. Returns how many
+-- jobs and rows changed hands. Not granted to PUBLIC.
+CREATE FUNCTION vq_reassign_jobs(from_role regrole, to_role regrole) RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    n bigint;
+    m bigint;
+BEGIN
+    IF from_role IS NULL OR to_role IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'VQ008', MESSAGE = 'vq_reassign_jobs: both roles are required';
+    END IF;
+    UPDATE vq.job_active j SET enqueued_by = to_role WHERE j.enqueued_by OPERATOR(pg_catalog.=) from_role;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    UPDATE vq.outbox o SET published_by = to_role, updated_at = pg_catalog.clock_timestamp()
+     WHERE o.published_by OPERATOR(pg_catalog.=) from_role AND o.status OPERATOR(pg_catalog.=) 'PENDING';
+    GET DIAGNOSTICS m = ROW_COUNT;
+    RETURN n + m;
+END
+$$;
+REVOKE ALL ON FUNCTION vq_reassign_jobs(regrole, regrole) FROM PUBLIC;
+
 ------------------------------------------------------------------------------
 -- Inside a handler (C): structured logs, progress, cooperative cancellation.
 ------------------------------------------------------------------------------

@@ -29,6 +29,7 @@
 
 #include "compat.h"
 #include "guard.h"
+#include "rolejobs.h"
 #include "session.h"
 #include "launcher.h"
 #include "wakeup.h"
@@ -168,6 +169,7 @@ VqProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 	Oid			dboid = DatabaseNeededAlone(stmt);
 
 	VqSessionNoteStatement(stmt);
+	VqCheckDropRole(stmt);
 	if (OidIsValid(dboid))
 		VqRequestStop(dboid);
 	if (DropsThisExtension(stmt))

@@ -11,8 +11,10 @@
 #      revoked from PUBLIC and never granted back -> FAILED then DEAD_LETTER (max_attempts 2).
 #   4. no escalation: SET ROLE and SET SESSION AUTHORIZATION in a handler fail (the executor
 #      connected as a superuser; job_session.sh covers the rest of the per-job session).
-#   5. the enqueuing role is dropped before its job is due (the row holds only its OID): the
-#      attempt fails with "role ... no longer exists"; nothing runs as anyone else.
+#   5. the enqueuing role is dropped before its job is due: DROP ROLE in this database is
+#      refused (an unfinished job; the hint names vq_reassign_jobs); dropped from another
+#      database, where the job cannot be seen, the attempt fails with "role ... no longer
+#      exists" (the row holds only its OID); nothing runs as anyone else.
 #   6. isolation between jobs: settings a handler changes for its session (set_config(..., false):
 #      work_mem, TimeZone, default_transaction_read_only) do not outlive its job: the next job
 #      (of another role) in the same executor sees the defaults, and the executor keeps running.
@@ -214,15 +216,20 @@ check_refused wp_set_session_auth 'cannot set parameter "session_authorization"'
 
 # ---------------------------------------------------------------------------
 log "5. the enqueuing role is dropped before its job is due"
-id_gone="$(q_as "$ROLE_GONE" "SELECT vq_enqueue('wp_record', '{\"tag\": \"gone\"}', now() + interval '3 seconds', max_attempts => 1)")"
+id_gone="$(q_as "$ROLE_GONE" "SELECT vq_enqueue('wp_record', '{\"tag\": \"gone\"}', now() + interval '4 seconds', max_attempts => 1)")"
 gone_oid="$(q "SELECT oid FROM pg_roles WHERE rolname = '$ROLE_GONE'")"
 qs <<SQL
 CREATE TABLE wp_gone_owned (x int);
 ALTER TABLE wp_gone_owned OWNER TO "$ROLE_GONE";
 REASSIGN OWNED BY "$ROLE_GONE" TO CURRENT_USER;
 DROP OWNED BY "$ROLE_GONE";
-DROP ROLE "$ROLE_GONE";
 SQL
+# in this database DROP ROLE is refused while the role has an unfinished job
+err="$(q "DROP ROLE \"$ROLE_GONE\"" 2>&1 || true)"
+[[ "$err" == *"cannot be dropped because it has 1 unfinished vq_job job(s)"*"vq_reassign_jobs"* ]] ||
+    fail "DROP ROLE of a role with an unfinished job here: expected a refusal naming the job and vq_reassign_jobs, got: $err"
+# from another database (vq_job cannot see this one's jobs from there) it succeeds
+psql -XAtq -v ON_ERROR_STOP=1 -d postgres -c "DROP ROLE \"$ROLE_GONE\"" || fail "DROP ROLE from the postgres database failed"
 [[ "$(q "SELECT state = 'ENQUEUED' AND scheduled_at > now() FROM vq.job WHERE execution_id = '$id_gone'")" == t ]] ||
     fail "the role was dropped too late: job $id_gone is already $(job_state "$id_gone")"
 wait_state "$id_gone" DEAD_LETTER 15

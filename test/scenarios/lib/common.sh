@@ -154,13 +154,18 @@ wait_ready() {
     done
 }
 
-# drop_roles ROLE...: never fails (for EXIT traps).
+# drop_roles ROLE...: never fails (for EXIT traps). Unfinished jobs and outbox rows of the roles
+# here are deleted first (DROP ROLE is refused while a role has any).
 drop_roles() {
     local r lit out
     for r in "$@"; do
         lit="$(_vq_sql_literal "$r")"
         out="$(psql -XAtq -v ON_ERROR_STOP=1 -c "SET client_min_messages = warning" -c "DO \$\$ BEGIN
                    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $lit) THEN
+                       IF EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'vq_job') THEN
+                           DELETE FROM vq.job_active WHERE enqueued_by = $lit::regrole;
+                           DELETE FROM vq.outbox WHERE published_by = $lit::regrole AND status = 'PENDING';
+                       END IF;
                        EXECUTE format('DROP OWNED BY %I CASCADE', $lit);
                        EXECUTE format('DROP ROLE %I', $lit);
                    END IF; END \$\$" 2>&1 >/dev/null)" ||
