@@ -86,12 +86,20 @@ static HTAB *functions = NULL;
 static uint64 functions_generation = 1;
 static TimeoutId watch_timeout;
 static TimeoutId hard_timeout;
+static TimeoutId cancel_poll;
+
+/* How often a running handler's executor looks for a vq_cancel request. */
+#define CANCEL_POLL_MS 100
 static Oid	job_context_type = InvalidOid;
 
 /* Set while user code runs; read by the signal handler and the timeout. */
 static volatile sig_atomic_t in_user_code = false;
 /* The execution timeout fired for the user code running now. */
 static volatile sig_atomic_t job_timed_out = false;
+/* The handler running now was interrupted because vq_cancel asked it to stop (and when). */
+static volatile sig_atomic_t cancel_forced = false;
+static TimestampTz cancel_seen_at = 0;
+static TimestampTz cancel_forced_at = 0;
 
 /* The execution timeout: cancel the user code that overran it. */
 static void
@@ -122,6 +130,39 @@ HardTimeoutReached(void)
 		InterruptPending = true;
 	}
 	SetLatch(MyLatch);
+}
+
+/*
+ * Every CANCEL_POLL_MS while a function handler runs: once vq_cancel has
+ * asked its job to stop and vq.cancel_grace_ms has passed, cancel it (the job
+ * ends CANCELLED, dispatch below); if it catches that too,
+ * VQ_HARD_TIMEOUT_AFTER_MS later the process ends, as for the timeout, and
+ * the exit records the job CANCELLED (executor.c).
+ */
+static void
+CancelPollReached(void)
+{
+	TimestampTz now;
+
+	if (!in_user_code || !VqJobCancelRequested())
+		return;
+	now = GetCurrentTimestamp();
+	if (cancel_seen_at == 0)
+		cancel_seen_at = now;
+	if (!cancel_forced && TimestampDifferenceExceeds(cancel_seen_at, now, vq_cancel_grace_ms))
+	{
+		cancel_forced = true;
+		cancel_forced_at = now;
+		InterruptPending = true;
+		QueryCancelPending = true;
+		SetLatch(MyLatch);
+	}
+	else if (cancel_forced && TimestampDifferenceExceeds(cancel_forced_at, now, VQ_HARD_TIMEOUT_AFTER_MS))
+	{
+		ProcDiePending = true;
+		InterruptPending = true;
+		SetLatch(MyLatch);
+	}
 }
 
 /* SIGINT: cancel the user code running now (a cancel outside user code is ignored). */
@@ -172,6 +213,13 @@ VqUserCodeTimedOut(void)
 	return job_timed_out;
 }
 
+/* Was the handler that ran last (or runs now) interrupted after a vq_cancel request? */
+bool
+VqHandlerCancelForced(void)
+{
+	return cancel_forced;
+}
+
 /*
  * Syscache callback: a function changed (ALTER FUNCTION, CREATE OR REPLACE,
  * DROP, a new owner). Which one is not worth finding out: every cached
@@ -195,6 +243,7 @@ VqDispatchInit(void)
 	CacheRegisterSyscacheCallback(PROCOID, HandlerFunctionsChanged, (Datum) 0);
 	watch_timeout = RegisterTimeout(USER_TIMEOUT, ExecutionTimeoutReached);
 	hard_timeout = RegisterTimeout(USER_TIMEOUT, HardTimeoutReached);
+	cancel_poll = RegisterTimeout(USER_TIMEOUT, CancelPollReached);
 	pqsignal(SIGINT, CancelUserCode);
 }
 
@@ -361,6 +410,9 @@ VqRunFunctionHandler(VqJob *job, VqOutcome *outcome)
 	VqJobApiBegin(job);
 	outcome->started_at = start;
 	VqWatchBegin();
+	cancel_forced = false;
+	cancel_seen_at = 0;
+	enable_timeout_every(cancel_poll, TimestampTzPlusMilliseconds(start, CANCEL_POLL_MS), CANCEL_POLL_MS);
 
 	CommandCounterIncrement();
 	BeginInternalSubTransaction(NULL);
@@ -402,7 +454,13 @@ VqRunFunctionHandler(VqJob *job, VqOutcome *outcome)
 		MemoryContextSwitchTo(caller_context);
 		CurrentResourceOwner = caller_owner;
 
-		if (job_timed_out && edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
+		if (cancel_forced && edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
+		{
+			outcome->kind = VQ_OUTCOME_FAILED;	/* made CANCELLED below */
+			outcome->error = psprintf("the handler did not stop within vq.cancel_grace_ms (%d ms) of the request, and was interrupted",
+									  vq_cancel_grace_ms);
+		}
+		else if (job_timed_out && edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
 		{
 			outcome->kind = VQ_OUTCOME_ABANDONED;
 			outcome->error = psprintf("execution timed out after %d ms", vq_execution_timeout_ms);
@@ -423,6 +481,7 @@ VqRunFunctionHandler(VqJob *job, VqOutcome *outcome)
 	}
 	PG_END_TRY();
 
+	disable_timeout(cancel_poll, false);
 	VqWatchEnd(outcome->kind == VQ_OUTCOME_COMPLETED);
 	outcome->ends_transaction = VqSessionCleanUp();
 	pgstat_report_activity(STATE_IDLE, "");

@@ -39,6 +39,9 @@ extern void VqWatchEnd(bool returned_normally);
 /* Is user code running now (a handler, a destination function)? */
 extern bool VqInUserCode(void);
 
+/* Was the handler that ran last (or runs now) interrupted after a vq_cancel request? */
+extern bool VqHandlerCancelForced(void);
+
 /* Did the execution timeout fire for the user code that ran last (or runs now)? */
 extern bool VqUserCodeTimedOut(void);
 

@@ -185,6 +185,8 @@ DetachSlot(int code, Datum arg)
  *  - a hard timeout (the code caught the timeout's cancel, dispatch.c): the
  *    job is ABANDONED (its attempt counts), or the outbox row retried, as if
  *    the cancel had worked;
+ *  - a handler that caught the interruption a vq_cancel request led to: the
+ *    job is CANCELLED, as it would have been;
  *  - anything else (a crash-like exit): nothing here; the orphan rescue
  *    abandons a job claimed visibly.
  * An inline job's claim rolls back with the transaction.
@@ -198,7 +200,12 @@ RecordCutWorkAtExit(int code, Datum arg)
 	if (!VqInUserCode())
 		return;
 	memset(&outcome, 0, sizeof(outcome));
-	if (ShutdownRequestPending && job != NULL && job->running && !VqUserCodeTimedOut())
+	if (VqHandlerCancelForced() && job != NULL)
+	{
+		outcome.kind = VQ_OUTCOME_CANCELLED;
+		outcome.error = "cancelled while running: the handler ignored the interruption after vq.cancel_grace_ms, so its executor was terminated";
+	}
+	else if (ShutdownRequestPending && job != NULL && job->running && !VqUserCodeTimedOut())
 	{
 		outcome.kind = VQ_OUTCOME_INTERRUPTED;
 		outcome.error = "interrupted by a stop: the handler ignored the cancel and its executor was terminated; the attempt does not count";
@@ -218,7 +225,10 @@ RecordCutWorkAtExit(int code, Datum arg)
 	if (job != NULL)
 	{
 		ereport(LOG, (errmsg("vq_job executor %d: %s (handler %s)", VqMyExecutorIndex, outcome.error, job->handler)));
-		(void) VqPersistFailure(job, &outcome, NULL, GetCurrentTimestamp());
+		if (outcome.kind == VQ_OUTCOME_CANCELLED)
+			VqPersistCancelled(job, &outcome, GetCurrentTimestamp());
+		else
+			(void) VqPersistFailure(job, &outcome, NULL, GetCurrentTimestamp());
 		VqFlushJobLogs(job);
 	}
 	else

@@ -23,6 +23,7 @@ PG_MODULE_MAGIC;
 
 int			vq_execution_timeout_ms = 300000;
 int			vq_notify_take_timeout_ms = 5000;
+int			vq_cancel_grace_ms = 5000;
 int			vq_progress_flush_interval_ms = 10000;
 char	   *vq_databases = NULL;
 int			vq_max_databases = 16;
@@ -68,6 +69,10 @@ DefineSettings(void)
 	DefineCustomIntVariable("vq.execution_timeout_ms",
 							"Time a job execution may take before it is abandoned (0 disables).",
 							NULL, &vq_execution_timeout_ms, 300000, 0, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("vq.cancel_grace_ms",
+							"After vq_cancel asks a running handler to stop, how long it may go on before it is interrupted (the job ends CANCELLED either way).",
+							NULL, &vq_cancel_grace_ms, 5000, 0, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
 	DefineCustomIntVariable("vq.notify_take_timeout_ms",
 							"Time an announced NOTIFY job holds its queue's capacity while no consumer takes it; then it waits for a consumer without holding any.",
