@@ -88,6 +88,7 @@ typedef struct
 	char	   *payload;		/* raw JSON text (vq_take / vq_pull return it; "null" when none) */
 	int			attempt;
 	bool		have_attempt;
+	bool		cancel_requested;	/* vq_cancel asked it to stop before we took it */
 } Job;
 
 /* ------------------------------------------------------------------------ */
@@ -828,7 +829,7 @@ fail:
  */
 #define CLAIM_COLUMNS \
 	"SELECT p.execution_id::text AS execution_id, p.job_id, p.handler, p.attempt, " \
-	"p.payload::text AS payload " \
+	"p.payload::text AS payload, p.cancel_requested " \
 	"FROM pg_catalog.set_config('synchronous_commit', 'off', true) AS s, "
 
 /*
@@ -1898,6 +1899,14 @@ process_job(Job *job)
 	char	   *error = NULL;
 	bool		ok;
 
+	if (job->cancel_requested)
+	{
+		/* the reply to a job vq_cancel asked to stop records it CANCELLED */
+		verbose("job %s (execution %s, attempt %d): cancelled before it ran; not running it",
+				job->job_id ? job->job_id : "?", job->execution_id, job->attempt);
+		reply(job, false, "cancelled before the consumer ran it");
+		return;
+	}
 	verbose("job %s (execution %s, attempt %d): start",
 			job->job_id ? job->job_id : "?", job->execution_id, job->attempt);
 
@@ -1927,7 +1936,8 @@ process_rows(PGresult *res)
 				c_job = PQfnumber(res, "job_id"),
 				c_handler = PQfnumber(res, "handler"),
 				c_attempt = PQfnumber(res, "attempt"),
-				c_payload = PQfnumber(res, "payload");
+				c_payload = PQfnumber(res, "payload"),
+				c_cancel = PQfnumber(res, "cancel_requested");
 
 	for (int i = 0; i < n; i++)
 	{
@@ -1947,6 +1957,7 @@ process_rows(PGresult *res)
 			job.handler = xstrndup(PQgetvalue(res, i, c_handler), (size_t) PQgetlength(res, i, c_handler));
 		job.attempt = atoi(PQgetvalue(res, i, c_attempt));
 		job.have_attempt = true;
+		job.cancel_requested = strcmp(PQgetvalue(res, i, c_cancel), "t") == 0;
 		if (PQgetisnull(res, i, c_payload))
 			job.payload = xstrndup("null", 4);
 		else

@@ -998,13 +998,13 @@ COMMENT ON FUNCTION vq_fail(uuid, text, integer)
     IS 'reply for a NOTIFY job: failed (retry, backoff, dead letter as for function handlers)';
 CREATE FUNCTION vq_pull(handler text, max_jobs integer DEFAULT 1)
 RETURNS TABLE (execution_id uuid, job_id text, handler text, attempt integer, payload jsonb,
-               metadata jsonb, scheduled_at timestamptz)
+               metadata jsonb, scheduled_at timestamptz, cancel_requested boolean)
     LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'vq_pull';
 COMMENT ON FUNCTION vq_pull(text, integer)
     IS 'take announced jobs of a NOTIFY handler that no consumer took yet (also the catch-up after downtime)';
 CREATE FUNCTION vq_take(execution_id uuid, attempt integer DEFAULT NULL, handler text DEFAULT NULL)
 RETURNS TABLE (execution_id uuid, job_id text, handler text, attempt integer, payload jsonb,
-               metadata jsonb, scheduled_at timestamptz)
+               metadata jsonb, scheduled_at timestamptz, cancel_requested boolean)
     LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'vq_take';
 COMMENT ON FUNCTION vq_take(uuid, integer, text)
     IS 'take the announced NOTIFY job a notification named, if it is of that handler (no row: taken by another consumer, answered, timed out, another handler''s, or not yours)';

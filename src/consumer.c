@@ -73,7 +73,7 @@ GrantedConsumer(Oid caller, const char *handler)
  * such job or the caller may not see it (the two are not told apart).
  */
 static VqJob *
-LoadJobForConsumer(pg_uuid_t *id, Oid caller, char **state, bool *external)
+LoadJobForConsumer(pg_uuid_t *id, Oid caller, char **state, bool *external, bool *cancel_requested)
 {
 	Datum		args[2] = {UUIDPGetDatum(id), ObjectIdGetDatum(caller)};
 	HeapTuple	tup;
@@ -93,7 +93,7 @@ LoadJobForConsumer(pg_uuid_t *id, Oid caller, char **state, bool *external)
 		if (SPI_execute_plan(VqKeepPlan(&job_plan,
 								  "SELECT execution_id, job_id, handler, handler_address, queue, attempt_number,"
 								  " max_attempts, enqueued_by, state::pg_catalog.text, worker_pid IS NULL,"
-								  " priority, scheduled_at"
+								  " priority, scheduled_at, cancel_requested"
 								  " FROM vq.job j WHERE j.execution_id OPERATOR(pg_catalog.=) $1"
 								  " AND (pg_catalog.pg_has_role($2, j.enqueued_by, 'USAGE')"
 								  "      OR EXISTS (SELECT FROM vq.consumer_grant g"
@@ -123,6 +123,7 @@ LoadJobForConsumer(pg_uuid_t *id, Oid caller, char **state, bool *external)
 	*external = DatumGetBool(SPI_getbinval(tup, desc, 10, &isnull));
 	job->priority = DatumGetInt32(SPI_getbinval(tup, desc, 11, &isnull));
 	job->scheduled_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 12, &isnull));
+	*cancel_requested = DatumGetBool(SPI_getbinval(tup, desc, 13, &isnull));
 	job->running = true;
 
 	if (!has_privs_of_role(caller, job->enqueued_by) && !GrantedConsumer(caller, job->handler))
@@ -141,6 +142,7 @@ Reply(FunctionCallInfo fcinfo, const char *error, int attempt_arg)
 	VqJob	   *job;
 	char	   *state = NULL;
 	bool		external = false;
+	bool		cancel_requested = false;
 	bool		accepted = false;
 	char	   *ignored = NULL;
 
@@ -153,7 +155,7 @@ Reply(FunctionCallInfo fcinfo, const char *error, int attempt_arg)
 	VqBecomeOwner(registry->owner, &saved);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "vq_job: SPI_connect failed");
-	job = LoadJobForConsumer(id, caller, &state, &external);
+	job = LoadJobForConsumer(id, caller, &state, &external, &cancel_requested);
 	if (job == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_VQ_NO_SUCH_JOB),
@@ -172,7 +174,15 @@ Reply(FunctionCallInfo fcinfo, const char *error, int attempt_arg)
 		VqOutcome	outcome;
 
 		memset(&outcome, 0, sizeof(outcome));
-		if (error == NULL)
+		if (cancel_requested)
+		{
+			/* vq_cancel asked it to stop (vq_take / vq_pull told the consumer): CANCELLED, as in an executor */
+			outcome.kind = VQ_OUTCOME_CANCELLED;
+			outcome.error = error == NULL ? "cancelled while running"
+				: psprintf("cancelled while running: %s", error);
+			VqPersistCancelled(job, &outcome, GetCurrentTimestamp());
+		}
+		else if (error == NULL)
 		{
 			outcome.kind = VQ_OUTCOME_COMPLETED;
 			VqPersistCompleted(list_make1(job), list_make1(&outcome), GetCurrentTimestamp());
@@ -282,8 +292,9 @@ vq_pull(PG_FUNCTION_ARGS)
 							  "       ORDER BY priority DESC, scheduled_at LIMIT $2 FOR UPDATE SKIP LOCKED) c"
 							  " WHERE j.execution_id OPERATOR(pg_catalog.=) c.execution_id"
 							  " RETURNING j.execution_id, j.job_id, j.handler, j.attempt_number, j.payload,"
-							  "  j.metadata, j.scheduled_at, j.priority)"
-							  " SELECT execution_id, job_id, handler, attempt_number, payload, metadata, scheduled_at"
+							  "  j.metadata, j.scheduled_at, j.cancel_requested, j.priority)"
+							  " SELECT execution_id, job_id, handler, attempt_number, payload, metadata, scheduled_at,"
+							  "  cancel_requested"
 							  " FROM claimed ORDER BY priority DESC, scheduled_at",
 							  4, (Oid[]) {TEXTOID, INT4OID, OIDOID, BOOLOID}),
 						 values, NULL, false, 0) != SPI_OK_SELECT)
@@ -291,8 +302,8 @@ vq_pull(PG_FUNCTION_ARGS)
 
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
-		Datum		row[7];
-		bool		nulls[7];
+		Datum		row[8];
+		bool		nulls[8];
 
 		heap_deform_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, row, nulls);
 		tuplestore_putvalues(store, desc, row, nulls);
@@ -352,14 +363,14 @@ vq_take(PG_FUNCTION_ARGS)
 							  "                 WHERE g.handler OPERATOR(pg_catalog.=) j.handler"
 							  "                 AND pg_catalog.pg_has_role($3, g.grantee, 'USAGE')))"
 							  " RETURNING j.execution_id, j.job_id, j.handler, j.attempt_number, j.payload,"
-							  "  j.metadata, j.scheduled_at",
+							  "  j.metadata, j.scheduled_at, j.cancel_requested",
 							  4, (Oid[]) {UUIDOID, INT4OID, OIDOID, TEXTOID}),
 						 values, nulls, false, 0) != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "vq_job: vq_take failed");
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
-		Datum		row[7];
-		bool		rnulls[7];
+		Datum		row[8];
+		bool		rnulls[8];
 
 		heap_deform_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, row, rnulls);
 		tuplestore_putvalues(store, desc, row, rnulls);

@@ -9,6 +9,10 @@
 #      CLAIMED transition: untaken, they are never abandoned (the timeout counts from the take).
 #   3. vq_consumer started afterwards takes all five (its start-up vq_pull) and completes them
 #      at their first attempt: history CLAIMED, COMPLETED; its command ran once each.
+#   4. cancellation reaches consumers: with the consumer stopped, an announced job is cancelled
+#      (CANCEL_REQUESTED); by hand, vq_take returns it with cancel_requested = true and a
+#      vq_complete records it CANCELLED ('cancelled while running'); another one, left to
+#      vq_consumer started again, is not run (no command) and ends CANCELLED too.
 # Runs against $PGDATABASE (a fresh database with vq_job); exits non-zero on failure.
 set -euo pipefail
 # shellcheck source=test/scenarios/lib/common.sh
@@ -84,4 +88,25 @@ assert_eq "0/CLAIMED,COMPLETED" "$got" "attempt/history of the NOTIFY jobs"
 assert_eq "5|5|0" "$(q "SELECT count(*) || '|' || count(DISTINCT execution_id) || '|' || max(attempt) FROM na_ran")" \
     "command runs|distinct jobs|highest attempt"
 log "ok: $got"
+
+# ---------------------------------------------------------------------------
+log "4. a cancelled NOTIFY job: the consumer is told, and its reply records CANCELLED"
+kill -TERM "$CPID"; wait "$CPID" 2>/dev/null || true; CPID=""
+ids="$(q "SELECT string_agg(vq_enqueue('na_notify', jsonb_build_object('cancel', i))::text, ' ') FROM generate_series(1, 2) i")"
+read -r c1 c2 <<<"$ids"
+wait_for "SELECT count(*) = 2 FROM vq.job WHERE execution_id IN ('$c1', '$c2') AND state = 'RUNNING'" 10 "the two announcements"
+assert_eq "CANCEL_REQUESTED|CANCEL_REQUESTED" "$(q "SELECT vq_cancel('$c1') || '|' || vq_cancel('$c2')")" "vq_cancel of the announced jobs"
+assert_eq "$c1|true" "$(q "SELECT execution_id || '|' || cancel_requested FROM vq_take('$c1')")" "vq_take of a cancelled job tells the consumer"
+assert_eq t "$(q "SELECT vq_complete('$c1')")" "the consumer's reply"
+assert_eq "CANCELLED|cancelled while running|CLAIMED,CANCELLED" \
+    "$(q "SELECT state || '|' || last_error || '|' || (SELECT string_agg(kind, ',' ORDER BY id) FROM vq.job_transition t
+                                                      WHERE t.execution_id = j.execution_id)
+          FROM vq.job j WHERE execution_id = '$c1'")" "state|last_error|history of the job cancelled before its reply"
+# shellcheck disable=SC2086
+"$CONSUMER" --dbname "$CONNINFO application_name=na_consumer" --channel na_ch --handler na_notify \
+    $PASS_ENV --verbose -- "$TMPD/cmd.sh" >>"$TMPD/consumer.log" 2>&1 &
+CPID=$!
+wait_state "$c2" CANCELLED 10
+assert_eq 0 "$(q "SELECT count(*) FROM na_ran WHERE execution_id = '$c2'")" "command runs for the job cancelled before vq_consumer took it"
+log "ok: both CANCELLED; vq_consumer did not run the second"
 log "PASS"
