@@ -126,8 +126,9 @@ CREATE INDEX job_claim_idx ON vq.job_active (queue, priority DESC, scheduled_at,
     WHERE state = 'ENQUEUED';
 -- Jobs claimed visibly, for the rescue of those whose executor died.
 CREATE INDEX job_running_idx ON vq.job_active (worker_pid) WHERE state = 'RUNNING';
--- job_id is an idempotency key among unfinished jobs (the rows of this partition).
-CREATE UNIQUE INDEX job_active_job_id_key ON vq.job_active (job_id);
+-- job_id is an idempotency key among the unfinished jobs (the rows of this partition) of the
+-- role that enqueued them: each role has its own, so no role can take or probe another's ids.
+CREATE UNIQUE INDEX job_active_job_id_key ON vq.job_active (enqueued_by, job_id);
 
 -- Ended jobs: written once when the job ends, deleted by retention (or moved back by vq_redrive).
 CREATE TABLE vq.job_finished PARTITION OF vq.job (CONSTRAINT job_finished_pkey PRIMARY KEY (execution_id))

@@ -6,9 +6,11 @@
  * effective settings (call argument > contract override > handler default >
  * framework default), merges the bound durable context into the metadata and
  * inserts the job row through a kept SPI plan, as the extension owner (nobody
- * else may write vq.job). A job_id is an idempotency key among unfinished jobs:
- * ON CONFLICT on the partial unique index makes a concurrent duplicate wait for
- * the first inserter and then return its execution_id.
+ * else may write vq.job). A job_id is an idempotency key among the enqueuing
+ * role's unfinished jobs (each role has its own: no role can take or probe
+ * another's ids): ON CONFLICT on the unique index (enqueued_by, job_id) makes a
+ * concurrent duplicate wait for the first inserter and then return its
+ * execution_id.
  *
  * When the transaction commits, the database's workers are woken (due jobs)
  * or told the earliest future due time (wakeup.c): nothing happens on
@@ -75,8 +77,8 @@ typedef struct JobSpec
 	"(execution_id, state, priority, attempt_number, max_attempts, scheduled_at," \
 	" created_at, updated_at, enqueued_by, queue, job_id, handler, handler_address, handler_function," \
 	" payload, metadata)"
-/* vq.job_active holds the unfinished jobs; its unique index on job_id is the idempotency key */
-#define ON_ACTIVE_CONFLICT " ON CONFLICT (job_id) DO NOTHING"
+/* vq.job_active holds the unfinished jobs; its unique index on (enqueued_by, job_id) is the idempotency key */
+#define ON_ACTIVE_CONFLICT " ON CONFLICT (enqueued_by, job_id) DO NOTHING"
 
 /* $1 execution_id, $2 job_id, $3 payload (scalars, or arrays for the batch plans), then the rest. */
 #define NPARAMS 13
@@ -137,20 +139,6 @@ NewUuid(pg_uuid_t *uuid)
 				 errmsg("could not generate random values")));
 	uuid->data[6] = (uuid->data[6] & 0x0f) | 0x40;
 	uuid->data[8] = (uuid->data[8] & 0x3f) | 0x80;
-}
-
-/*
- * A job_id held by another role's unfinished job: the caller may learn that
- * job's execution_id only if it may see the job (is a member of its role).
- */
-static void
-CheckHolderVisible(Oid caller, Oid holder_role, const char *job_id)
-{
-	if (!has_privs_of_role(caller, holder_role))
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("job_id \"%s\" is held by an unfinished job of another role", job_id),
-				 errhint("Use a different job_id; job ids are unique among unfinished jobs of all roles.")));
 }
 
 /* Validate a caller-supplied job_id. */
@@ -355,17 +343,13 @@ InsertOne(const JobSpec *spec, Datum payload, bool payload_null, text *job_id)
 				break;
 			}
 			if (SPI_execute_plan(VqKeepPlan(&holder_one_plan,
-										  "SELECT execution_id, enqueued_by FROM vq.job_active"
-										  " WHERE job_id OPERATOR(pg_catalog.=) $1",
-										  1, (Oid[]) {TEXTOID}),
-								 &values[1], NULL, false, 1) != SPI_OK_SELECT)
+										  "SELECT execution_id FROM vq.job_active"
+										  " WHERE job_id OPERATOR(pg_catalog.=) $1 AND enqueued_by OPERATOR(pg_catalog.=) $2",
+										  2, (Oid[]) {TEXTOID, REGROLEOID}),
+								 (Datum[]) {values[1], ObjectIdGetDatum(spec->enqueued_by)}, NULL, false, 1) != SPI_OK_SELECT)
 				elog(ERROR, "vq_job: job_id lookup failed");
 			if (SPI_processed == 1)
 			{
-				CheckHolderVisible(saved.userid,
-								   DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
-																  2, &isnull)),
-								   text_to_cstring(job_id));
 				result = SPI_datumTransfer(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
 														 1, &isnull), false, UUID_LEN);
 			}
@@ -439,25 +423,25 @@ ArrayLength(ArrayType *array, const char *what)
 }
 
 /*
- * Map each position with a caller job_id to the execution_id of the unfinished
- * job holding that id. Returns false if some id has no holder any more (it
+ * Map each position with a caller job_id to the execution_id of the role's
+ * unfinished job holding that id. Returns false if some id has no holder any more (it
  * finished since the insert): the caller inserts again.
  */
 static bool
-FillHolders(ArrayType *job_ids, Datum *ids, int n, Oid caller)
+FillHolders(ArrayType *job_ids, Datum *ids, int n, Oid role)
 {
 	HASHCTL		ctl;
 	HTAB	   *holders;
 	Datum	   *keys;
 	bool	   *key_nulls;
 	int			nkeys;
-	Datum		arg = PointerGetDatum(job_ids);
+	Datum		args[2] = {PointerGetDatum(job_ids), ObjectIdGetDatum(role)};
 
 	if (SPI_execute_plan(VqKeepCustomPlan(&holder_many_plan,
-								  "SELECT job_id, execution_id, enqueued_by FROM vq.job_active"
-								  " WHERE job_id OPERATOR(pg_catalog.=) ANY ($1)",
-								  1, (Oid[]) {TEXTARRAYOID}),
-						 &arg, NULL, false, 0) != SPI_OK_SELECT)
+								  "SELECT job_id, execution_id FROM vq.job_active"
+								  " WHERE job_id OPERATOR(pg_catalog.=) ANY ($1) AND enqueued_by OPERATOR(pg_catalog.=) $2",
+								  2, (Oid[]) {TEXTARRAYOID, REGROLEOID}),
+						 args, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "vq_job: job_id lookup failed");
 
 	ctl.keysize = VQ_JOB_ID_MAX + 1;
@@ -471,9 +455,6 @@ FillHolders(ArrayType *job_ids, Datum *ids, int n, Oid caller)
 		char	   *key = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
 		char	   *entry = hash_search(holders, key, HASH_ENTER, NULL);
 
-		CheckHolderVisible(caller,
-						   DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3, &isnull)),
-						   key);
 		memcpy(entry + VQ_JOB_ID_MAX + 1,
 			   DatumGetUUIDP(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull)),
 			   sizeof(pg_uuid_t));
@@ -584,7 +565,7 @@ vq_enqueue_many(PG_FUNCTION_ARGS)
 							  " ORDER BY u.j COLLATE pg_catalog.\"C\"" ON_ACTIVE_CONFLICT,
 							  NPARAMS, many_types),
 					 values, nulls, SPI_OK_INSERT);
-			if (FillHolders(job_ids, ids, n, saved.userid))
+			if (FillHolders(job_ids, ids, n, spec.enqueued_by))
 				break;
 		}
 	}
