@@ -88,8 +88,8 @@ static TimeoutId watch_timeout;
 static TimeoutId hard_timeout;
 static TimeoutId cancel_poll;
 
-/* How often a running handler's executor looks for a vq_cancel request. */
-#define CANCEL_POLL_MS 100
+/* How often a running handler's executor looks for a vq_cancel request (rarely: a sleeping handler is not woken more). */
+#define CANCEL_POLL_MS 1000
 static Oid	job_context_type = InvalidOid;
 
 /* Set while user code runs; read by the signal handler and the timeout. */
@@ -149,7 +149,8 @@ CancelPollReached(void)
 	now = GetCurrentTimestamp();
 	if (cancel_seen_at == 0)
 		cancel_seen_at = now;
-	if (!cancel_forced && TimestampDifferenceExceeds(cancel_seen_at, now, vq_cancel_grace_ms))
+	/* (half a poll early rather than a whole poll late) */
+	if (!cancel_forced && TimestampDifferenceExceeds(cancel_seen_at, now, vq_cancel_grace_ms - CANCEL_POLL_MS / 2))
 	{
 		cancel_forced = true;
 		cancel_forced_at = now;
@@ -157,7 +158,8 @@ CancelPollReached(void)
 		QueryCancelPending = true;
 		SetLatch(MyLatch);
 	}
-	else if (cancel_forced && TimestampDifferenceExceeds(cancel_forced_at, now, VQ_HARD_TIMEOUT_AFTER_MS))
+	else if (cancel_forced &&
+			 TimestampDifferenceExceeds(cancel_forced_at, now, VQ_HARD_TIMEOUT_AFTER_MS - CANCEL_POLL_MS / 2))
 	{
 		ProcDiePending = true;
 		InterruptPending = true;
