@@ -126,10 +126,10 @@ ADDRESS_LIT="$(q "SELECT quote_literal(address) FROM vq.handler WHERE name = 'no
 # pgbench scripts, one per workload.
 # ---------------------------------------------------------------------------
 COLUMNS="(execution_id, state, priority, attempt_number, max_attempts, scheduled_at,
- created_at, updated_at, enqueued_by, queue, job_id, handler, handler_address, payload, metadata)"
+ created_at, updated_at, enqueued_by, queue, job_id, handler, handler_address, handler_function, payload, metadata)"
 # The row vq_enqueue writes, with e = the execution_id and p = the payload.
 ROW="e, 'ENQUEUED', 0, 0, 3, now(), now(), now(), current_user::regrole, 'default',
- 'delayed-' || e::text, 'noop', $ADDRESS_LIT, p, '{}'::jsonb"
+ 'delayed-' || e::text, 'noop', $ADDRESS_LIT, $ADDRESS_LIT::regprocedure, p, '{}'::jsonb"
 
 cat >"$WORK/plain.sql" <<SQL
 INSERT INTO bench.plain_job $COLUMNS

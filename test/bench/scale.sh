@@ -252,9 +252,10 @@ if has_part cold; then
     }
     cold_vq="$(cold_ms "SELECT vq_enqueue('noop_enq', '{\"n\": 1}')")"
     cold_ins="$(cold_ms "INSERT INTO plain_job (execution_id, state, priority, attempt_number, max_attempts,
-        scheduled_at, created_at, updated_at, enqueued_by, queue, job_id, handler, handler_address, payload, metadata)
+        scheduled_at, created_at, updated_at, enqueued_by, queue, job_id, handler, handler_address, handler_function,
+        payload, metadata)
         SELECT u, 'ENQUEUED', 0, 0, 3, now(), now(), now(), current_user::regrole, 'enq', 'delayed-' || u,
-               'noop_enq', 'public.noop(jsonb)', '{\"n\": 1}', '{}' FROM gen_random_uuid() u")"
+               'noop_enq', 'public.noop(jsonb)', 'public.noop(jsonb)'::regprocedure, '{\"n\": 1}', '{}' FROM gen_random_uuid() u")"
     log "  vq_enqueue $cold_vq ms, INSERT $cold_ins ms"
 fi
 

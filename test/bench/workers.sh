@@ -265,9 +265,9 @@ summary() { printf '%s|%s|%s|%s\n' "$1" "$2" "$3" "$4" >>"$WORK/summary"; }
 # ---------------------------------------------------------------------------
 # The rows vq_enqueue_many writes, for the ceiling (e = execution_id, p = payload, d = due).
 COLUMNS="(execution_id, state, priority, attempt_number, max_attempts, scheduled_at,
- created_at, updated_at, enqueued_by, queue, job_id, handler, handler_address, payload, metadata)"
+ created_at, updated_at, enqueued_by, queue, job_id, handler, handler_address, handler_function, payload, metadata)"
 ROW="e, 'ENQUEUED', 0, 0, 3, d, now(), now(), current_user::regrole, 'default',
- 'delayed-' || e::text, 'noop', $ADDRESS_LIT, p, '{}'::jsonb"
+ 'delayed-' || e::text, 'noop', $ADDRESS_LIT, $ADDRESS_LIT::regprocedure, p, '{}'::jsonb"
 load_plain() {  # load_plain COUNT: insert COUNT due rows into bench.plain_job
     q "INSERT INTO bench.plain_job $COLUMNS
        SELECT $ROW FROM (SELECT gen_random_uuid(), '{\"n\": 1}'::jsonb, now()
