@@ -98,6 +98,7 @@ static volatile sig_atomic_t in_user_code = false;
 static volatile sig_atomic_t job_timed_out = false;
 /* The handler running now was interrupted because vq_cancel asked it to stop (and when). */
 static volatile sig_atomic_t cancel_forced = false;
+static volatile sig_atomic_t in_handler = false;	/* a function handler (not a destination function) runs */
 static TimestampTz cancel_seen_at = 0;
 static TimestampTz cancel_forced_at = 0;
 
@@ -144,7 +145,7 @@ CancelPollReached(void)
 {
 	TimestampTz now;
 
-	if (!in_user_code || !VqJobCancelRequested())
+	if (!in_user_code || !in_handler || !VqJobCancelRequested())
 		return;
 	now = GetCurrentTimestamp();
 	if (cancel_seen_at == 0)
@@ -246,6 +247,9 @@ VqDispatchInit(void)
 	watch_timeout = RegisterTimeout(USER_TIMEOUT, ExecutionTimeoutReached);
 	hard_timeout = RegisterTimeout(USER_TIMEOUT, HardTimeoutReached);
 	cancel_poll = RegisterTimeout(USER_TIMEOUT, CancelPollReached);
+	/* one timer for the process's life: arming it around every job would cost two system calls each */
+	enable_timeout_every(cancel_poll, TimestampTzPlusMilliseconds(GetCurrentTimestamp(), CANCEL_POLL_MS),
+						 CANCEL_POLL_MS);
 	pqsignal(SIGINT, CancelUserCode);
 }
 
@@ -414,7 +418,7 @@ VqRunFunctionHandler(VqJob *job, VqOutcome *outcome)
 	VqWatchBegin();
 	cancel_forced = false;
 	cancel_seen_at = 0;
-	enable_timeout_every(cancel_poll, TimestampTzPlusMilliseconds(start, CANCEL_POLL_MS), CANCEL_POLL_MS);
+	in_handler = true;
 
 	CommandCounterIncrement();
 	BeginInternalSubTransaction(NULL);
@@ -483,7 +487,7 @@ VqRunFunctionHandler(VqJob *job, VqOutcome *outcome)
 	}
 	PG_END_TRY();
 
-	disable_timeout(cancel_poll, false);
+	in_handler = false;
 	VqWatchEnd(outcome->kind == VQ_OUTCOME_COMPLETED);
 	outcome->ends_transaction = VqSessionCleanUp();
 	pgstat_report_activity(STATE_IDLE, "");
