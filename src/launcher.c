@@ -62,6 +62,8 @@ PGDLLEXPORT void vq_launcher_main(Datum arg);
 
 /* How long a database without the extension waits before it is checked again. */
 #define NO_EXTENSION_RECHECK_MS 10000
+/* Least time between two probes of databases without the extension (each starts an executor). */
+#define PROBE_INTERVAL_MS 100
 /* Least time between two starts of the same executor. */
 #define RESTART_INTERVAL_MS 1000
 /* How long a stop request keeps a database's executors stopped, and how long its sender waits. */
@@ -86,6 +88,10 @@ typedef struct LauncherDatabase
 	BackgroundWorkerHandle *handles[VQ_MAX_EXECUTORS];
 	TimestampTz last_start[VQ_MAX_EXECUTORS];
 	ExecutorStop stops[VQ_MAX_EXECUTORS];
+	/* found without the extension: its slot was given back (see ServeDatabase) */
+	bool		parked;
+	TimestampTz parked_since;
+	uint64		changes_at_probe;	/* VqShared->extension_changes when its last probe began */
 } LauncherDatabase;
 
 static HTAB *launcher_databases = NULL;
@@ -144,6 +150,8 @@ ScanDatabases(void)
 			memset(db->handles, 0, sizeof(db->handles));
 			memset(db->last_start, 0, sizeof(db->last_start));
 			memset(db->stops, 0, sizeof(db->stops));
+			db->parked = false;
+			db->changes_at_probe = pg_atomic_read_u64(&VqShared->extension_changes);
 		}
 		strlcpy(db->name, NameStr(form->datname), NAMEDATALEN);
 		db->seen = true;
@@ -409,6 +417,61 @@ StartExecutors(VqDatabaseSlot *slot, LauncherDatabase *db, VqDatabaseState state
 	return next;
 }
 
+/* Give a database's slot back (its executors have exited). */
+static void
+GiveBackSlot(LauncherDatabase *db)
+{
+	VqDatabaseSlot *slot;
+
+	LWLockAcquire(VqShared->lock, LW_EXCLUSIVE);
+	slot = VqFindDatabaseSlot(db->dboid);
+	if (slot != NULL)
+	{
+		LWLockAcquire(slot->lock, LW_EXCLUSIVE);
+		slot->dboid = InvalidOid;
+		slot->state = VQ_DB_FREE;
+		LWLockRelease(slot->lock);
+	}
+	LWLockRelease(VqShared->lock);
+}
+
+/* Does any executor of the database still run (or is one starting)? */
+static bool
+AnyHandleAlive(LauncherDatabase *db)
+{
+	for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
+		if (HandleAlive(db->handles[i]))
+			return true;
+	return false;
+}
+
+/*
+ * A database found without the extension (or not to be served) gives its
+ * slot back once its executor has exited, so that databases without vq_job
+ * (which any role with CREATEDB can make) never take the slots of those with
+ * it. It is probed again when a CREATE or DROP EXTENSION vq_job commits
+ * anywhere (VqShared->extension_changes), and every NO_EXTENSION_RECHECK_MS;
+ * probes start at most one per PROBE_INTERVAL_MS. Returns the ms until it
+ * needs attention, or -2 when it should be probed now.
+ */
+static long
+ParkedDatabase(LauncherDatabase *db, TimestampTz now)
+{
+	static TimestampTz last_probe = 0;
+	TimestampTz recheck = TimestampTzPlusMilliseconds(db->parked_since, NO_EXTENSION_RECHECK_MS);
+
+	if (pg_atomic_read_u64(&VqShared->extension_changes) == db->changes_at_probe && now < recheck)
+		return EarlierDeadline(-1, now, recheck);
+	if (!TimestampDifferenceExceeds(last_probe, now, PROBE_INTERVAL_MS))
+		return EarlierDeadline(-1, now, TimestampTzPlusMilliseconds(last_probe, PROBE_INTERVAL_MS));
+	last_probe = now;
+	db->parked = false;
+	/* a change committed from here on is one this probe may miss: it probes again */
+	db->changes_at_probe = pg_atomic_read_u64(&VqShared->extension_changes);
+	db->last_start[0] = 0;		/* executor 0 exited normally: starting it now is no crash loop */
+	return -2;
+}
+
 /*
  * Serve one database: apply its executors' reports and the requests sent to
  * the launcher, then stop or start executors. Returns the time (ms) until
@@ -418,24 +481,37 @@ static long
 ServeDatabase(LauncherDatabase *db)
 {
 	TimestampTz now = GetCurrentTimestamp();
-	VqDatabaseSlot *slot = AssignSlot(db, now);
+	VqDatabaseSlot *slot;
 	VqDatabaseState state;
-	TimestampTz state_since;
 	TimestampTz stop_until;
 
+	if (db->parked)
+	{
+		long		next = ParkedDatabase(db, now);
+
+		if (next != -2)
+			return next;
+	}
+	slot = AssignSlot(db, now);
 	if (slot == NULL)
 		return -1;
 	LWLockAcquire(slot->lock, LW_EXCLUSIVE);
 	ApplyReports(slot, db, now);
 	state = slot->state;
-	state_since = slot->state_since;
 	stop_until = slot->request.stop_until;
 	LWLockRelease(slot->lock);
 
 	if (stop_until > now)
 		return Min(StopExecutors(slot, db, now), EarlierDeadline(-1, now, stop_until));
 	if (state == VQ_DB_NO_EXTENSION)
-		return EarlierDeadline(-1, now, TimestampTzPlusMilliseconds(state_since, NO_EXTENSION_RECHECK_MS));
+	{
+		if (AnyHandleAlive(db))
+			return 100;			/* (its exit sets our latch too) */
+		GiveBackSlot(db);
+		db->parked = true;
+		db->parked_since = now;
+		return EarlierDeadline(-1, now, TimestampTzPlusMilliseconds(now, NO_EXTENSION_RECHECK_MS));
+	}
 	return StartExecutors(slot, db, state, now);
 }
 
@@ -449,25 +525,11 @@ ForgetDatabases(void)
 	hash_seq_init(&seq, launcher_databases);
 	while ((db = hash_seq_search(&seq)) != NULL)
 	{
-		bool		alive = false;
-		VqDatabaseSlot *slot;
-
 		if (db->seen)
 			continue;
-		for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
-			alive |= HandleAlive(db->handles[i]);
-		if (alive)
+		if (AnyHandleAlive(db))
 			continue;
-		LWLockAcquire(VqShared->lock, LW_EXCLUSIVE);
-		slot = VqFindDatabaseSlot(db->dboid);
-		if (slot != NULL)
-		{
-			LWLockAcquire(slot->lock, LW_EXCLUSIVE);
-			slot->dboid = InvalidOid;
-			slot->state = VQ_DB_FREE;
-			LWLockRelease(slot->lock);
-		}
-		LWLockRelease(VqShared->lock);
+		GiveBackSlot(db);
 		for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
 			if (db->handles[i] != NULL)
 				pfree(db->handles[i]);

@@ -26,6 +26,13 @@
 #define RETENTION_BATCH 1000
 #define RETENTION_BUDGET_MS 500
 #define RETENTION_SWEEP_MS 60000
+/*
+ * The positions stay this far behind the batch's start: a completion commits
+ * within milliseconds of its finished_at (an inline batch within 200 ms), and
+ * one that commits later than the batch passed its finished_at would wait for
+ * the sweep.
+ */
+#define RETENTION_LAG_MS 2000
 
 static SPIPlanPtr delete_plan = NULL;
 
@@ -35,9 +42,10 @@ static SPIPlanPtr delete_plan = NULL;
  * job_finished_idx from there, so it does not walk again the index entries
  * of the rows already deleted, which a long-held snapshot keeps vacuum from
  * removing. A row that committed with an earlier finished_at after a batch
- * passed it (a completion whose transaction outlived the retention) waits
- * for the next sweep: the positions go back to the start every
- * RETENTION_SWEEP_MS.
+ * passed it waits for the next sweep (the positions go back to the start
+ * every RETENTION_SWEEP_MS); the positions stay RETENTION_LAG_MS behind the
+ * batches' start, so only a completion whose transaction stayed open longer
+ * than that (a consumer's reply in a long transaction) waits.
  */
 typedef struct RetentionPositions
 {
@@ -55,8 +63,9 @@ static RetentionPositions positions = {DT_NOBEGIN, DT_NOBEGIN, 0};
  * only what it deletes, however many finished jobs are kept.
  */
 static uint64
-DeleteBatch(TimestampTz finished_before, TimestampTz dead_before)
+DeleteBatch(TimestampTz now, TimestampTz finished_before, TimestampTz dead_before)
 {
+	TimestampTz lagging = TimestampTzPlusMilliseconds(now, -RETENTION_LAG_MS);
 	Datum		values[5];
 	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
 	bool		isnull;
@@ -101,10 +110,10 @@ DeleteBatch(TimestampTz finished_before, TimestampTz dead_before)
 	deleted = (uint64) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
 	if (!isnull)
-		positions.finished_from = DatumGetTimestampTz(d);
+		positions.finished_from = Min(DatumGetTimestampTz(d), lagging);
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull);
 	if (!isnull)
-		positions.dead_from = DatumGetTimestampTz(d);
+		positions.dead_from = Min(DatumGetTimestampTz(d), lagging);
 	return deleted;
 }
 
@@ -158,7 +167,7 @@ VqRunRetention(void)
 
 		CHECK_FOR_INTERRUPTS();
 		VqBeginTransaction();
-		deleted = DeleteBatch(now - (TimestampTz) Max(vq_retention_finished_s, 0) * USECS_PER_SEC,
+		deleted = DeleteBatch(now, now - (TimestampTz) Max(vq_retention_finished_s, 0) * USECS_PER_SEC,
 							  now - (TimestampTz) Max(vq_retention_dead_letter_s, 0) * USECS_PER_SEC);
 		deleted += DeleteOutboxRows(now - (TimestampTz) Max(vq_retention_finished_s, 0) * USECS_PER_SEC,
 									now - (TimestampTz) Max(vq_retention_outbox_failed_s, 0) * USECS_PER_SEC);

@@ -77,6 +77,7 @@ VqShmemStartup(void)
 		VqShared->lock = &locks[0].lock;
 		VqShared->launcher_pid = 0;
 		VqShared->launcher_latch = NULL;
+		pg_atomic_init_u64(&VqShared->extension_changes, 0);
 		VqShared->nslots = vq_max_databases;
 		for (int i = 0; i < vq_max_databases; i++)
 			InitDatabaseSlot(&VqShared->slots[i], &locks[1 + i].lock);

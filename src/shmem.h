@@ -6,6 +6,9 @@
  * others write and one process reads:
  *
  *  - VqShared->launcher_*: the launcher, under VqShared->lock.
+ *  - VqShared->extension_changes: an atomic moved by committing CREATE / DROP
+ *    EXTENSION (wakeup.c); the launcher reads it to probe again the databases
+ *    it found without the extension (they hold no slot, so nothing else tells).
  *  - slot->dboid: the launcher, under VqShared->lock (finding a database's
  *    slot takes it in shared mode).
  *  - slot->state, state_since: the launcher, under the slot's lock.
@@ -189,6 +192,7 @@ typedef struct VqSharedState
 	LWLock	   *lock;			/* slot assignment and the launcher's identity */
 	int			launcher_pid;
 	Latch	   *launcher_latch;
+	pg_atomic_uint64 extension_changes; /* CREATE / DROP EXTENSION vq_job commits in any database */
 	int			nslots;
 	VqDatabaseSlot slots[FLEXIBLE_ARRAY_MEMBER];
 } VqSharedState;

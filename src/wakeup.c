@@ -209,6 +209,8 @@ WakeupReleaseCallback(ResourceReleasePhase phase, bool isCommit, bool isTopLevel
 		if (extension_changed_at_commit)
 		{
 			(void) VqWithDatabaseSlot(MyDatabaseId, LW_EXCLUSIVE, WakeSlot, &(WakeUp) {.extension_changed = true});
+			/* (a database without the extension has no slot: this tells the launcher to look) */
+			pg_atomic_fetch_add_u64(&VqShared->extension_changes, 1);
 			VqWakeLauncher();
 		}
 	}
