@@ -49,7 +49,7 @@ TEMP_INSTANCE_OPTS = --temp-instance=$(CURDIR)/tmp_check --temp-config=$(CURDIR)
 temp-check:
 	$(MAKE) installcheck EXTRA_REGRESS_OPTS="$(TEMP_INSTANCE_OPTS)"
 
-.PHONY: run test bench cassert
+.PHONY: run test bench cassert fuzz
 run:
 	./scripts/run
 test:
@@ -58,3 +58,6 @@ bench:
 	./scripts/bench
 cassert:
 	./scripts/cassert
+# The API fuzz run for 5 minutes (the regular suite runs it for 20 s).
+fuzz:
+	VQ_TEST_ONLY=api_fuzz.sh VQ_FUZZ_SECS=300 ./scripts/test
