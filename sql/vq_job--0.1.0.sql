@@ -203,6 +203,25 @@ CREATE TABLE vq.consumer_grant (
     PRIMARY KEY (handler, grantee)
 );
 
+-- Roles allowed to enqueue (and publish) jobs of a NOTIFY handler: there is no function
+-- whose EXECUTE says so, and its consumer runs whatever the payload asks.
+CREATE TABLE vq.producer_grant (
+    handler     text NOT NULL,
+    grantee     regrole NOT NULL,
+    granted_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    PRIMARY KEY (handler, grantee)
+);
+
+-- Roles allowed to choose, at enqueue, a queue other than the handler's, a priority above
+-- the handler's or max_attempts above the handler's, for jobs that go to this queue: nobody
+-- else can jump another team's line or hold its capacity.
+CREATE TABLE vq.queue_grant (
+    queue       text NOT NULL REFERENCES vq.queue (name) ON DELETE CASCADE,
+    grantee     regrole NOT NULL,
+    granted_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    PRIMARY KEY (queue, grantee)
+);
+
 -- What a destination function returns to the outbox relay.
 CREATE TYPE vq.publish_status AS ENUM ('SUCCESS', 'RETRYABLE', 'PERMANENT', 'UNRESOLVABLE');
 CREATE TYPE vq.publish_result AS (status vq.publish_status, message text);
@@ -228,6 +247,8 @@ SELECT pg_catalog.pg_extension_config_dump('vq.job_transition_data', '');
 SELECT pg_catalog.pg_extension_config_dump('vq.job_log', '');
 SELECT pg_catalog.pg_extension_config_dump('vq.outbox', '');
 SELECT pg_catalog.pg_extension_config_dump('vq.consumer_grant', '');
+SELECT pg_catalog.pg_extension_config_dump('vq.producer_grant', '');
+SELECT pg_catalog.pg_extension_config_dump('vq.queue_grant', '');
 SELECT pg_catalog.pg_extension_config_dump('vq.destination', '');
 
 ------------------------------------------------------------------------------
@@ -236,7 +257,8 @@ SELECT pg_catalog.pg_extension_config_dump('vq.destination', '');
 -- roles it is a member of (row-level security; the owner and superusers see all).
 ------------------------------------------------------------------------------
 REVOKE ALL ON ALL TABLES IN SCHEMA vq FROM PUBLIC;
-GRANT SELECT ON vq.queue, vq.handler, vq.contract_override, vq.consumer_grant, vq.destination TO PUBLIC;
+GRANT SELECT ON vq.queue, vq.handler, vq.contract_override, vq.consumer_grant, vq.producer_grant,
+                vq.queue_grant, vq.destination TO PUBLIC;
 GRANT SELECT ON vq.job, vq.job_transition_data, vq.job_log, vq.outbox TO PUBLIC;
 
 ALTER TABLE vq.job ENABLE ROW LEVEL SECURITY;
@@ -287,6 +309,10 @@ CREATE TRIGGER queue_registry_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCA
 CREATE TRIGGER handler_registry_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON vq.handler
     FOR EACH STATEMENT EXECUTE FUNCTION vq.registry_changed();
 CREATE TRIGGER destination_registry_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON vq.destination
+    FOR EACH STATEMENT EXECUTE FUNCTION vq.registry_changed();
+CREATE TRIGGER producer_grant_registry_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON vq.producer_grant
+    FOR EACH STATEMENT EXECUTE FUNCTION vq.registry_changed();
+CREATE TRIGGER queue_grant_registry_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON vq.queue_grant
     FOR EACH STATEMENT EXECUTE FUNCTION vq.registry_changed();
 CREATE TRIGGER contract_override_registry_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON vq.contract_override
     FOR EACH STATEMENT EXECUTE FUNCTION vq.registry_changed();
@@ -1038,6 +1064,63 @@ BEGIN
 END
 $$;
 
+-- Let a role enqueue (and publish) jobs of a NOTIFY handler.
+CREATE FUNCTION vq_grant_producer(handler text, grantee regrole) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM vq.handler h WHERE h.name OPERATOR(pg_catalog.=) vq_grant_producer.handler
+                                               AND h.kind OPERATOR(pg_catalog.=) 'notify') THEN
+        RAISE EXCEPTION USING ERRCODE = 'VQ002', MESSAGE = format('"%s" is not a registered NOTIFY handler', handler);
+    END IF;
+    IF grantee IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'VQ008', MESSAGE = 'grantee must not be null';
+    END IF;
+    INSERT INTO vq.producer_grant (handler, grantee) VALUES (handler, grantee) ON CONFLICT DO NOTHING;
+END
+$$;
+
+CREATE FUNCTION vq_revoke_producer(handler text, grantee regrole) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    DELETE FROM vq.producer_grant g
+     WHERE g.handler OPERATOR(pg_catalog.=) vq_revoke_producer.handler
+       AND g.grantee OPERATOR(pg_catalog.=) vq_revoke_producer.grantee;
+    RETURN FOUND;
+END
+$$;
+
+-- Let a role choose this queue, or a priority / max_attempts above the handler's, at enqueue.
+CREATE FUNCTION vq_grant_queue(queue text, grantee regrole) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM vq.queue q WHERE q.name OPERATOR(pg_catalog.=) vq_grant_queue.queue) THEN
+        RAISE EXCEPTION USING ERRCODE = 'VQ004', MESSAGE = format('queue "%s" does not exist', queue);
+    END IF;
+    IF grantee IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'VQ008', MESSAGE = 'grantee must not be null';
+    END IF;
+    INSERT INTO vq.queue_grant (queue, grantee) VALUES (queue, grantee) ON CONFLICT DO NOTHING;
+END
+$$;
+
+CREATE FUNCTION vq_revoke_queue(queue text, grantee regrole) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    DELETE FROM vq.queue_grant g
+     WHERE g.queue OPERATOR(pg_catalog.=) vq_revoke_queue.queue
+       AND g.grantee OPERATOR(pg_catalog.=) vq_revoke_queue.grantee;
+    RETURN FOUND;
+END
+$$;
+
 ------------------------------------------------------------------------------
 -- Transactional outbox (C). Rows join the caller's transaction; the relay in the
 -- background workers delivers them after commit.
@@ -1098,6 +1181,8 @@ END
 $$;
 
 REVOKE ALL ON FUNCTION vq_grant_consumer(text, regrole), vq_revoke_consumer(text, regrole),
+                       vq_grant_producer(text, regrole), vq_revoke_producer(text, regrole),
+                       vq_grant_queue(text, regrole), vq_revoke_queue(text, regrole),
                        vq_register_destination(text, regprocedure), vq_unregister_destination(text)
        FROM PUBLIC;
 

@@ -72,6 +72,8 @@ typedef struct JobSpec
 	Oid			enqueued_by;
 } JobSpec;
 
+static void CheckQueueGrant(const JobSpec *spec);
+
 /* Columns every insert plan binds, in this order, as $1..$NCOMMON. */
 #define JOB_COLUMNS \
 	"(execution_id, state, priority, attempt_number, max_attempts, scheduled_at," \
@@ -218,6 +220,9 @@ ResolveSpec(FunctionCallInfo fcinfo, JobSpec *spec)
 
 	spec->enqueued_by = GetUserId();
 	VqCheckEnqueuePrivilege(spec->handler, spec->enqueued_by);
+	if (spec->queue != spec->handler->queue || spec->priority > spec->handler->priority ||
+		spec->max_attempts > spec->handler->max_attempts)
+		CheckQueueGrant(spec);
 
 	spec->metadata = VqMergeBoundContext(metadata);
 	VqCheckSize(JsonbPGetDatum(spec->metadata), vq_max_metadata_bytes, "metadata", "vq.max_metadata_bytes");
@@ -225,15 +230,67 @@ ResolveSpec(FunctionCallInfo fcinfo, JobSpec *spec)
 	spec->scheduled_at = spec->now;
 }
 
+/* Is role a superuser, or a member of one of the granted roles? */
+static bool
+Granted(const List *grantees, Oid role)
+{
+	ListCell   *lc;
+
+	if (superuser_arg(role))
+		return true;
+	foreach(lc, grantees)
+		if (has_privs_of_role(role, lfirst_oid(lc)))
+			return true;
+	return false;
+}
+
+/* May role enqueue jobs of this NOTIFY handler (a superuser, or a member of a producer grantee)? */
+bool
+VqMayProduce(VqHandler *handler, Oid role)
+{
+	return Granted(handler->producers, role);
+}
+
+/*
+ * A job sent to another queue than its handler's, or with a priority or
+ * max_attempts above the handler's, could jump another team's line or hold
+ * its capacity: that needs a grant on the queue it goes to (vq_grant_queue).
+ */
+static void
+CheckQueueGrant(const JobSpec *spec)
+{
+	if (Granted(spec->queue->granted, spec->enqueued_by))
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("permission denied to enqueue a job for handler \"%s\" %s",
+					spec->handler->name,
+					spec->queue != spec->handler->queue ? psprintf("to queue \"%s\"", spec->queue->name)
+					: spec->priority > spec->handler->priority ? psprintf("with priority %d", spec->priority)
+					: psprintf("with max_attempts %d", spec->max_attempts)),
+			 errdetail("Without a grant on queue \"%s\", a job goes to its handler's queue \"%s\" with at most its priority %d and max_attempts %d.",
+					   spec->queue->name, spec->handler->queue_name, spec->handler->priority, spec->handler->max_attempts),
+			 errhint("An administrator can allow it with vq_grant_queue('%s', role).", spec->queue->name)));
+}
+
 /*
  * The enqueuing role must be allowed to run the handler function: it will run
- * as that role. (NOTIFY handlers have no function to check.)
+ * as that role. A NOTIFY handler has no function: enqueuing for it needs a
+ * producer grant (vq_grant_producer), since its consumer runs whatever the
+ * payload says.
  */
 void
 VqCheckEnqueuePrivilege(VqHandler *handler, Oid role)
 {
 	if (!handler->is_function)
+	{
+		if (!VqMayProduce(handler, role))
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("permission denied to enqueue a job for NOTIFY handler \"%s\"", handler->name),
+					 errhint("An administrator can allow it with vq_grant_producer('%s', role).", handler->name)));
 		return;
+	}
 	if (!SearchSysCacheExists1(PROCOID, ObjectIdGetDatum(handler->fn)))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_FUNCTION),

@@ -14,6 +14,9 @@
 /* The enqueuing role must have EXECUTE on a function handler's function. */
 extern void VqCheckEnqueuePrivilege(VqHandler *handler, Oid role);
 
+/* May role enqueue jobs of this NOTIFY handler (a superuser, or a member of a producer grantee)? */
+extern bool VqMayProduce(VqHandler *handler, Oid role);
+
 /* Enqueue one job with settings already resolved (the outbox relay); returns its execution_id. */
 extern Datum VqEnqueueResolved(const char *handler_name, const char *queue_name, int32 priority,
 							   int32 max_attempts, TimestampTz scheduled_at, Datum payload,

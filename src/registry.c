@@ -52,8 +52,8 @@ static bool registry_valid = false;
 static MemoryContext registry_context = NULL;
 
 /* Relations whose invalidation makes the copy stale (known once it was read). */
-#define NWATCHED 4
-static Oid	watched_relids[NWATCHED] = {InvalidOid, InvalidOid, InvalidOid, InvalidOid};
+#define NWATCHED 6
+static Oid	watched_relids[NWATCHED] = {InvalidOid, InvalidOid, InvalidOid, InvalidOid, InvalidOid, InvalidOid};
 
 
 /* Relcache callback: a change to a watched table (or to everything) makes the copy stale. */
@@ -215,6 +215,7 @@ LoadQueue(ConfigRow *row, VqRegistry *reg)
 	q->paused = ColumnBool(row, "paused");
 	q->name_datum = RegistryText(name);
 	q->wake_hint = VqNameHash(name);
+	q->granted = NIL;
 }
 
 /* A contract override, before it is applied to its handler. */
@@ -270,6 +271,7 @@ LoadHandler(ConfigRow *row, VqRegistry *reg)
 	h->priority = (o && !o->priority_null) ? o->priority : !priority_null ? priority : VQ_DEFAULT_PRIORITY;
 	h->max_attempts = (o && !o->max_attempts_null) ? o->max_attempts
 		: !max_attempts_null ? max_attempts : VQ_DEFAULT_MAX_ATTEMPTS;
+	h->producers = NIL;
 	h->max_running = ColumnInt32(row, "max_running", &max_running_null);
 	if (max_running_null)
 		h->max_running = 0;
@@ -315,6 +317,36 @@ LoadHandlers(VqRegistry *reg, Oid handler_relid, Oid override_relid)
 	qsort(reg->handlers, reg->nhandlers, sizeof(VqHandler *), ByHandlerName);
 }
 
+/* Append a grant row's grantee to a list of the registry's. */
+static void
+AddGrantee(List **grantees, ConfigRow *row)
+{
+	MemoryContext old = MemoryContextSwitchTo(registry_context);
+
+	*grantees = lappend_oid(*grantees, ColumnOid(row, "grantee"));
+	MemoryContextSwitchTo(old);
+}
+
+/* One vq.producer_grant row into the registry (a grant for an unknown handler is ignored). */
+static void
+LoadProducerGrant(ConfigRow *row, VqRegistry *reg)
+{
+	VqHandler  *h = hash_search(reg->handler_hash, ColumnText(row, "handler"), HASH_FIND, NULL);
+
+	if (h != NULL)
+		AddGrantee(&h->producers, row);
+}
+
+/* One vq.queue_grant row into the registry. */
+static void
+LoadQueueGrant(ConfigRow *row, VqRegistry *reg)
+{
+	VqQueue    *q = hash_search(reg->queue_hash, ColumnText(row, "queue"), HASH_FIND, NULL);
+
+	if (q != NULL)
+		AddGrantee(&q->granted, row);
+}
+
 /* One vq.destination row into the registry. */
 static void
 LoadDestination(ConfigRow *row, VqRegistry *reg)
@@ -335,7 +367,8 @@ LoadOwner(VqRegistry *reg, Oid *relids)
 	ScanKeyData key;
 	SysScanDesc scan;
 	HeapTuple	tup;
-	const char *tables[NWATCHED] = {"handler", "contract_override", "queue", "destination"};
+	const char *tables[NWATCHED] = {"handler", "contract_override", "queue", "destination", "producer_grant",
+	"queue_grant"};
 
 	if (!OidIsValid(ext) || !OidIsValid(nsp))
 		ereport(ERROR,
@@ -385,6 +418,8 @@ BuildRegistry(void)
 	LoadHandlers(reg, relids[0], relids[1]);
 	reg->destination_hash = NameHash("vq_job destinations", sizeof(VqDestination));
 	ScanConfig(relids[3], LoadDestination, reg);
+	ScanConfig(relids[4], LoadProducerGrant, reg);
+	ScanConfig(relids[5], LoadQueueGrant, reg);
 	MemoryContextSetParent(reg->mcxt, CacheMemoryContext);
 	registry_context = NULL;
 	return reg;

@@ -7,6 +7,8 @@
 
 #include "postgres.h"
 
+#include "nodes/pg_list.h"
+
 #include "backoff.h"
 #include "vq_job.h"
 
@@ -22,6 +24,7 @@ typedef struct VqQueue
 	bool		paused;
 	Datum		name_datum;		/* text, for SPI parameters */
 	uint32		wake_hint;		/* VqNameHash(name): names it in a wake-up */
+	List	   *granted;		/* vq.queue_grant grantees (Oids): may choose it, or raise priority / attempts */
 } VqQueue;
 
 typedef struct VqHandler
@@ -38,6 +41,7 @@ typedef struct VqHandler
 	int32		priority;
 	int32		max_attempts;
 	int32		max_running;	/* most of its jobs running at once (0: no limit but the queue's) */
+	List	   *producers;		/* NOTIFY handler: vq.producer_grant grantees (Oids) */
 	Datum		name_datum;		/* text, for SPI parameters */
 	Datum		address_datum;	/* text, for SPI parameters */
 } VqHandler;

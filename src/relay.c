@@ -479,6 +479,12 @@ CheckDelayedJob(VqRegistry *registry, OutboxRow *row, VqHandler **handler, VqQue
 							(*handler)->name);
 		return RELAY_PERMANENT;
 	}
+	if (!(*handler)->is_function && !VqMayProduce(*handler, row->published_by))
+	{
+		*message = psprintf("permission denied to enqueue a job for NOTIFY handler \"%s\" (no vq_grant_producer)",
+							(*handler)->name);
+		return RELAY_PERMANENT;
+	}
 	return RELAY_SUCCESS;
 }
 

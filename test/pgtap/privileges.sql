@@ -66,7 +66,8 @@ SELECT set_eq($$
     ('function vq_cancel(uuid)'), ('function vq_metrics()'), ('function vq.running_jobs_now()'),
     -- reading: configuration for everyone; jobs, history, logs, outbox under row security
     ('relation vq.queue SELECT'), ('relation vq.handler SELECT'), ('relation vq.contract_override SELECT'),
-    ('relation vq.consumer_grant SELECT'), ('relation vq.destination SELECT'),
+    ('relation vq.consumer_grant SELECT'), ('relation vq.producer_grant SELECT'),
+    ('relation vq.queue_grant SELECT'), ('relation vq.destination SELECT'),
     ('relation vq.handler_settings SELECT'),
     ('relation vq.job SELECT'), ('relation vq.job_transition SELECT'), ('relation vq.job_transition_data SELECT'),
     ('relation vq.job_log SELECT'), ('relation vq.outbox SELECT'),

@@ -116,6 +116,8 @@ SELECT vq_create_queue('nc_e2e_q', sleep_delay_ms => 200, max_concurrent_jobs =>
                        backoff_max_delay_ms => 5000);
 SELECT vq_register_notify_handler('nc_msg', 'nc_msg_ch', 'nc_msg_q');
 SELECT vq_register_notify_handler('nc_e2e', 'nc_e2e_ch', 'nc_e2e_q', max_attempts => 3);
+-- enqueuing for a NOTIFY handler needs a producer grant
+SELECT vq_grant_producer(h, '$R_ENQ') FROM unnest(ARRAY['nc_msg', 'nc_e2e']) h;
 SQL
 
 # ---- 1. message contents -------------------------------------------------------------------

@@ -97,6 +97,8 @@ SELECT vq_register_notify_handler('nc_late2', 'nca_late_ch', 'nca_late_q', max_a
 SELECT vq_register_notify_handler('nc_auth', 'nca_auth_ch', 'nca_auth_q');
 SELECT vq_register_notify_handler('nc_auth2', 'nca_auth2_ch', 'nca_auth_q');
 SELECT vq_register_notify_handler('nc_paused', 'nca_pause_ch', 'nca_pause_q');
+-- enqueuing for a NOTIFY handler needs a producer grant
+SELECT vq_grant_producer(h, '$R_ENQ') FROM unnest(ARRAY['nc_auth', 'nc_auth2']) h;
 SQL
 
 # ---- 1. late reply -------------------------------------------------------------------------

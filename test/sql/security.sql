@@ -113,6 +113,45 @@ SELECT job_id, enqueued_by, payload ->> 'by' AS payload_by, state
   FROM vq.job WHERE execution_id = current_setting('sec.a_execution_id')::uuid;
 
 ------------------------------------------------------------------------------
+-- 2b. Producing is a privilege: a NOTIFY handler needs a producer grant (its consumer runs
+-- what the payload says); another queue, a priority or max_attempts above the handler's needs
+-- a grant on the queue the job goes to. Superusers need neither. Outbox publishes likewise.
+------------------------------------------------------------------------------
+SELECT vq_register_notify_handler('sec_n', 'sec_channel');
+SELECT vq_create_queue('sec_other') IS NOT NULL AS created;
+SET ROLE sec_b;
+SELECT vq_enqueue('sec_n', '{}', :'later');
+\echo :LAST_ERROR_SQLSTATE
+SELECT vq_outbox_publish('sec_n', '{}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT vq_enqueue('sec_h', '{}', :'later', queue => 'sec_other');
+\echo :LAST_ERROR_SQLSTATE
+SELECT vq_enqueue('sec_h', '{}', :'later', priority => 5);
+\echo :LAST_ERROR_SQLSTATE
+SELECT vq_enqueue_many('sec_h', ARRAY['{}']::jsonb[], :'later', max_attempts => 10);
+\echo :LAST_ERROR_SQLSTATE
+-- what the handler would choose anyway, or less, needs nothing
+SELECT vq_enqueue('sec_h', '{}', :'later', queue => 'default', priority => -1, max_attempts => 2) IS NOT NULL AS own_line;
+SELECT vq_grant_producer('sec_n', 'sec_b');
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+SELECT vq_grant_producer('sec_n', 'sec_b');
+SELECT vq_grant_queue('sec_other', 'sec_b');
+SELECT vq_grant_queue('default', 'sec_b');
+SET ROLE sec_b;
+SELECT vq_enqueue('sec_n', '{}', :'later') IS NOT NULL AS granted_producer;
+SELECT vq_outbox_publish('sec_n', '{}', :'later') IS NOT NULL AS granted_publish;
+SELECT vq_enqueue('sec_h', '{}', :'later', queue => 'sec_other') IS NOT NULL AS granted_queue;
+SELECT vq_enqueue('sec_h', '{}', :'later', priority => 5, max_attempts => 10) IS NOT NULL AS granted_priority;
+RESET ROLE;
+SELECT vq_revoke_producer('sec_n', 'sec_b'), vq_revoke_queue('sec_other', 'sec_b'), vq_revoke_queue('default', 'sec_b');
+SET ROLE sec_b;
+SELECT vq_enqueue('sec_n', '{}', :'later');
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+DELETE FROM vq.outbox WHERE destination = 'sec_n';
+
+------------------------------------------------------------------------------
 -- 3. search_path hijack: objects named like the catalog's, ahead of pg_catalog.
 ------------------------------------------------------------------------------
 CREATE SCHEMA sec_hijack;
@@ -357,9 +396,9 @@ SELECT what AS hijack_objects_that_ran FROM sec_hijack.ran;
 ------------------------------------------------------------------------------
 SET client_min_messages = warning;
 DELETE FROM vq.job WHERE handler LIKE 'sec\_%';
-SELECT vq_unregister_handler(h) FROM unnest(ARRAY['sec_h', 'sec_hj_su', 'sec_hj2_su', 'sec_hj_pl', 'sec_hj2_pl']) AS h;
+SELECT vq_unregister_handler(h) FROM unnest(ARRAY['sec_h', 'sec_n', 'sec_hj_su', 'sec_hj2_su', 'sec_hj_pl', 'sec_hj2_pl']) AS h;
 SELECT vq_drop_contract_override(h) FROM unnest(ARRAY['sec_hj_su', 'sec_hj2_su', 'sec_hj_pl', 'sec_hj2_pl']) AS h;
-SELECT vq_drop_queue(q) FROM unnest(ARRAY['sec_q_su', 'sec_q_pl']) AS q;
+SELECT vq_drop_queue(q) FROM unnest(ARRAY['sec_q_su', 'sec_q_pl', 'sec_other']) AS q;
 DROP SCHEMA sec_hijack CASCADE;
 DROP FUNCTION sec_noop(jsonb), sec_hj_fn(jsonb), sec_learns_a_id(text);
 DROP OWNED BY sec_a, sec_b, sec_c, sec_admin;
