@@ -92,9 +92,12 @@ typedef struct LauncherDatabase
 	bool		parked;
 	TimestampTz parked_since;
 	uint64		changes_at_probe;	/* VqShared->extension_changes when its last probe began */
+	uint64		reloads_at_park;	/* config_reloads when it was parked */
 } LauncherDatabase;
 
 static HTAB *launcher_databases = NULL;
+/* Configuration reloads so far (one may make a parked database served: it is probed again). */
+static uint64 config_reloads = 0;
 
 /* Is this database in vq.databases (or is that list empty)? */
 bool
@@ -450,7 +453,8 @@ AnyHandleAlive(LauncherDatabase *db)
  * slot back once its executor has exited, so that databases without vq_job
  * (which any role with CREATEDB can make) never take the slots of those with
  * it. It is probed again when a CREATE or DROP EXTENSION vq_job commits
- * anywhere (VqShared->extension_changes), and every NO_EXTENSION_RECHECK_MS;
+ * anywhere (VqShared->extension_changes), after a configuration reload, and
+ * every NO_EXTENSION_RECHECK_MS;
  * probes start at most one per PROBE_INTERVAL_MS. Returns the ms until it
  * needs attention, or -2 when it should be probed now.
  */
@@ -460,7 +464,8 @@ ParkedDatabase(LauncherDatabase *db, TimestampTz now)
 	static TimestampTz last_probe = 0;
 	TimestampTz recheck = TimestampTzPlusMilliseconds(db->parked_since, NO_EXTENSION_RECHECK_MS);
 
-	if (pg_atomic_read_u64(&VqShared->extension_changes) == db->changes_at_probe && now < recheck)
+	if (pg_atomic_read_u64(&VqShared->extension_changes) == db->changes_at_probe &&
+		db->reloads_at_park == config_reloads && now < recheck)
 		return EarlierDeadline(-1, now, recheck);
 	if (!TimestampDifferenceExceeds(last_probe, now, PROBE_INTERVAL_MS))
 		return EarlierDeadline(-1, now, TimestampTzPlusMilliseconds(last_probe, PROBE_INTERVAL_MS));
@@ -510,6 +515,7 @@ ServeDatabase(LauncherDatabase *db)
 		GiveBackSlot(db);
 		db->parked = true;
 		db->parked_since = now;
+		db->reloads_at_park = config_reloads;
 		return EarlierDeadline(-1, now, TimestampTzPlusMilliseconds(now, NO_EXTENSION_RECHECK_MS));
 	}
 	return StartExecutors(slot, db, state, now);
@@ -662,6 +668,7 @@ vq_launcher_main(Datum arg)
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
+			config_reloads++;
 		}
 	}
 	ShutDownExecutors();
