@@ -121,7 +121,7 @@ static bool startup_due_checked = false;
 static TimestampTz relay_next_poll = 0;
 static int	relay_delay_ms = RELAY_POLL_BASE_MS;
 static TimestampTz last_work = 0;	/* when a poll cycle last found work */
-static bool started_always_running = false; /* started as one of vq.executors_per_database */
+static bool started_always_running = false; /* started as one of vq.executors_per_database (or told to go) */
 
 static void CommitCycle(bool announced_only);
 
@@ -722,6 +722,9 @@ ReloadConfiguration(void)
 		return false;			/* vq.databases no longer names this database */
 	SetConfigOption("synchronous_commit", vq_worker_synchronous_commit ? "on" : "off",
 					PGC_SUSET, PGC_S_OVERRIDE);
+	/* the pool was made smaller than this executor's number: it goes as soon as it is idle */
+	if (IsExtraExecutor())
+		started_always_running = true;
 	return true;
 }
 

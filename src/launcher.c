@@ -220,6 +220,10 @@ AssignSlot(LauncherDatabase *db, TimestampTz now)
 		memset(&slot->request, 0, sizeof(VqLauncherRequest));
 		/* commits made while the database had no slot lowered nothing: learn positions afresh */
 		VqClaimPositionsForget(slot);
+		/* what another database (or this one, before) asked for and learnt does not carry over */
+		pg_atomic_write_u32(&slot->executors_wanted, 0);
+		for (int i = 0; i < VQ_HANDLER_TIMINGS; i++)
+			pg_atomic_write_u64(&slot->handler_timings[i], 0);
 		LWLockRelease(slot->lock);
 	}
 	LWLockRelease(VqShared->lock);
