@@ -60,19 +60,29 @@ wait_bound() {
     fi
 }
 
-# executors DBNAME: "N:names" of the executors connected to DBNAME
+# The executors that always run are those numbered below vq.executors_per_database; more may
+# start on demand (numbered from there on) and exit after idling: the counts below ignore them.
+ALWAYS="substring(split_part(application_name, ':', 1) from 'vq_job executor ([0-9]+)')::int
+        < current_setting('vq.executors_per_database')::int"
+# executors DBNAME: "N:names" of the executors that always run connected to DBNAME
 executors() {
     q "SELECT count(*) || ':' || coalesce(string_agg(application_name, ',' ORDER BY application_name), '')
-         FROM pg_stat_activity WHERE backend_type = 'vq_job executor' AND datname = '$1'" -d postgres
+         FROM pg_stat_activity WHERE backend_type = 'vq_job executor' AND datname = '$1' AND $ALWAYS" -d postgres
 }
 # all_executors: "datname:application_name pid" of every executor
 all_executors() {
     q "SELECT coalesce(string_agg(coalesce(datname, '?') || ':' || application_name || ' ' || pid, ', ' ORDER BY datname, application_name), 'none')
          FROM pg_stat_activity WHERE backend_type = 'vq_job executor'" -d postgres 2>&1 || true
 }
-# n_executors_is DBNAME N: SQL that is true when DBNAME has exactly N executors
+# n_executors_is DBNAME N: SQL that is true when DBNAME has exactly N executors that always run
+# (N = 0: no executor at all)
 n_executors_is() {
-    echo "SELECT count(*) = $2 FROM pg_stat_activity WHERE backend_type = 'vq_job executor' AND datname = '$1'"
+    if (($2 == 0)); then
+        echo "SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type = 'vq_job executor' AND datname = '$1'"
+    else
+        echo "SELECT count(*) FILTER (WHERE $ALWAYS) = $2 FROM pg_stat_activity
+               WHERE backend_type = 'vq_job executor' AND datname = '$1'"
+    fi
 }
 # expected_names N: 'vq_job executor 0,...,vq_job executor N-1'
 expected_names() {
