@@ -390,6 +390,54 @@ CallHandler(VqJob *job, HandlerFunction *hf)
 }
 
 /*
+ * What an error the handler (or its checks) raised makes of the job: a
+ * cancel is ABANDONED when the execution timeout sent it, INTERRUPTED when a
+ * stop did, and part of a cancellation when the vq_cancel grace did; anything
+ * else is FAILED (for good when the authorised function was dropped).
+ */
+static void
+ClassifyError(ErrorData *edata, bool dropped, VqOutcome *outcome)
+{
+	bool		cancelled = edata->sqlerrcode == ERRCODE_QUERY_CANCELED;
+
+	if (cancelled && cancel_forced)
+	{
+		outcome->kind = VQ_OUTCOME_FAILED;	/* made CANCELLED by MakeCancelled */
+		outcome->error = psprintf("the handler did not stop within vq.cancel_grace_ms (%d ms) of the request, and was interrupted",
+								  vq_cancel_grace_ms);
+	}
+	else if (cancelled && job_timed_out)
+	{
+		outcome->kind = VQ_OUTCOME_ABANDONED;
+		outcome->error = psprintf("execution timed out after %d ms", vq_execution_timeout_ms);
+	}
+	else if (cancelled && ShutdownRequestPending)
+	{
+		outcome->kind = VQ_OUTCOME_INTERRUPTED;
+		outcome->error = psprintf("interrupted by a stop: handler still running after vq.shutdown_grace_ms (%d ms); the attempt does not count",
+								  vq_shutdown_grace_ms);
+	}
+	else
+	{
+		outcome->kind = VQ_OUTCOME_FAILED;
+		outcome->permanent = dropped;	/* no retry can bring the authorised function back */
+		outcome->error = pstrdup(edata->message ? edata->message : "handler failed");
+	}
+}
+
+/*
+ * A job asked to stop ends CANCELLED however its handler ended: returned
+ * early (its writes are kept), raised, or was cut; it is never retried.
+ */
+static void
+MakeCancelled(VqOutcome *outcome)
+{
+	outcome->error = outcome->kind == VQ_OUTCOME_COMPLETED ? pstrdup("cancelled while running")
+		: psprintf("cancelled while running: %s", outcome->error);
+	outcome->kind = VQ_OUTCOME_CANCELLED;
+}
+
+/*
  * Run a function handler in a subtransaction and fill in the outcome. Errors
  * raised by the handler (or by the privilege re-check) become a FAILED
  * outcome; a cancellation by the watch timer becomes ABANDONED.
@@ -460,29 +508,7 @@ VqRunFunctionHandler(VqJob *job, VqOutcome *outcome)
 		MemoryContextSwitchTo(caller_context);
 		CurrentResourceOwner = caller_owner;
 
-		if (cancel_forced && edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
-		{
-			outcome->kind = VQ_OUTCOME_FAILED;	/* made CANCELLED below */
-			outcome->error = psprintf("the handler did not stop within vq.cancel_grace_ms (%d ms) of the request, and was interrupted",
-									  vq_cancel_grace_ms);
-		}
-		else if (job_timed_out && edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
-		{
-			outcome->kind = VQ_OUTCOME_ABANDONED;
-			outcome->error = psprintf("execution timed out after %d ms", vq_execution_timeout_ms);
-		}
-		else if (ShutdownRequestPending && edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
-		{
-			outcome->kind = VQ_OUTCOME_INTERRUPTED;
-			outcome->error = psprintf("interrupted by a stop: handler still running after vq.shutdown_grace_ms (%d ms); the attempt does not count",
-									  vq_shutdown_grace_ms);
-		}
-		else
-		{
-			outcome->kind = VQ_OUTCOME_FAILED;
-			outcome->permanent = dropped;	/* no retry can bring the authorised function back */
-			outcome->error = pstrdup(edata->message ? edata->message : "handler failed");
-		}
+		ClassifyError(edata, dropped, outcome);
 		FreeErrorData(edata);
 	}
 	PG_END_TRY();
@@ -492,16 +518,8 @@ VqRunFunctionHandler(VqJob *job, VqOutcome *outcome)
 	outcome->ends_transaction = VqSessionCleanUp();
 	pgstat_report_activity(STATE_IDLE, "");
 
-	/*
-	 * A job asked to stop ends CANCELLED however its handler ended: returned
-	 * early (its writes are kept), raised, or was cut; it is never retried.
-	 */
 	if (VqJobCancelRequested())
-	{
-		outcome->error = outcome->kind == VQ_OUTCOME_COMPLETED ? pstrdup("cancelled while running")
-			: psprintf("cancelled while running: %s", outcome->error);
-		outcome->kind = VQ_OUTCOME_CANCELLED;
-	}
+		MakeCancelled(outcome);
 	outcome->duration_us = GetCurrentTimestamp() - start;
 	VqJobApiEnd(outcome);
 }
