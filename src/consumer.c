@@ -27,6 +27,7 @@
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
+#include "callbacks.h"
 #include "enqueue.h"
 #include "job.h"
 #include "outcome.h"
@@ -93,7 +94,7 @@ LoadJobForConsumer(pg_uuid_t *id, Oid caller, char **state, bool *external, bool
 		if (SPI_execute_plan(VqKeepPlan(&job_plan,
 								  "SELECT execution_id, job_id, handler, handler_address, queue, attempt_number,"
 								  " max_attempts, enqueued_by, state::pg_catalog.text, worker_pid IS NULL,"
-								  " priority, scheduled_at, cancel_requested"
+								  " priority, scheduled_at, cancel_requested, metadata"
 								  " FROM vq.job j WHERE j.execution_id OPERATOR(pg_catalog.=) $1"
 								  " AND (pg_catalog.pg_has_role($2, j.enqueued_by, 'USAGE')"
 								  "      OR EXISTS (SELECT FROM vq.consumer_grant g"
@@ -124,6 +125,7 @@ LoadJobForConsumer(pg_uuid_t *id, Oid caller, char **state, bool *external, bool
 	job->priority = DatumGetInt32(SPI_getbinval(tup, desc, 11, &isnull));
 	job->scheduled_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 12, &isnull));
 	*cancel_requested = DatumGetBool(SPI_getbinval(tup, desc, 13, &isnull));
+	job->metadata = DatumGetJsonbPCopy(SPI_getbinval(tup, desc, 14, &isnull));
 	job->running = true;
 
 	if (!has_privs_of_role(caller, job->enqueued_by) && !GrantedConsumer(caller, job->handler))
@@ -174,25 +176,17 @@ Reply(FunctionCallInfo fcinfo, const char *error, int attempt_arg)
 		VqOutcome	outcome;
 
 		memset(&outcome, 0, sizeof(outcome));
-		if (cancel_requested)
-		{
-			/* vq_cancel asked it to stop (vq_take / vq_pull told the consumer): CANCELLED, as in an executor */
-			outcome.kind = VQ_OUTCOME_CANCELLED;
-			outcome.error = error == NULL ? "cancelled while running"
-				: psprintf("cancelled while running: %s", error);
+		/* vq_cancel asked it to stop (vq_take / vq_pull told the consumer): CANCELLED, as in an executor */
+		outcome.kind = cancel_requested ? VQ_OUTCOME_CANCELLED : error ? VQ_OUTCOME_FAILED : VQ_OUTCOME_COMPLETED;
+		outcome.error = !cancel_requested ? (char *) error : error == NULL ? "cancelled while running"
+			: psprintf("cancelled while running: %s", error);
+		VqInterceptComplete(job, &outcome);
+		if (outcome.kind == VQ_OUTCOME_CANCELLED)
 			VqPersistCancelled(job, &outcome, GetCurrentTimestamp());
-		}
-		else if (error == NULL)
-		{
-			outcome.kind = VQ_OUTCOME_COMPLETED;
+		else if (outcome.kind == VQ_OUTCOME_COMPLETED)
 			VqPersistCompleted(list_make1(job), list_make1(&outcome), GetCurrentTimestamp());
-		}
-		else
-		{
-			outcome.kind = VQ_OUTCOME_FAILED;
-			outcome.error = (char *) error;
-			VqPersistFailure(job, &outcome, VqLookupQueue(registry, job->queue), GetCurrentTimestamp());
-		}
+		else					/* (registry again: an interceptor may have changed it) */
+			VqPersistFailure(job, &outcome, VqLookupQueue(VqRegistryGet(), job->queue), GetCurrentTimestamp());
 		accepted = true;
 		/* the reply frees the queue's capacity: let the executors announce the next job at commit */
 		VqWakeAtCommit(GetCurrentTimestamp());

@@ -57,6 +57,7 @@
 #include "claim.h"
 #include "compat.h"
 #include "context.h"
+#include "callbacks.h"
 #include "dispatch.h"
 #include "executor.h"
 #include "jobapi.h"
@@ -305,9 +306,9 @@ ResolveFunction(VqJob *job, volatile bool *dropped)
 	return hf;
 }
 
-/* Build the vq.job_context value a two-argument handler receives. */
-static Datum
-JobContextDatum(VqJob *job)
+/* Build the vq.job_context value a two-argument handler (and an interceptor) receives. */
+Datum
+VqJobContextDatum(VqJob *job)
 {
 	TupleDesc	desc = lookup_rowtype_tupdesc(JobContextType(), -1);
 	Datum		values[9];
@@ -377,7 +378,7 @@ CallHandler(VqJob *job, HandlerFunction *hf)
 	fcinfo->args[0].isnull = (job->payload == NULL);
 	if (hf->nargs == 2)
 	{
-		fcinfo->args[1].value = JobContextDatum(job);
+		fcinfo->args[1].value = VqJobContextDatum(job);
 		fcinfo->args[1].isnull = false;
 	}
 	/* a STRICT handler is not called for a NULL payload: nothing to do counts as done */
@@ -461,6 +462,7 @@ VqRunFunctionHandler(VqJob *job, VqOutcome *outcome)
 		return;
 	}
 
+	VqInterceptDispatch(job);
 	VqJobApiBegin(job);
 	outcome->started_at = start;
 	VqWatchBegin();
@@ -522,6 +524,7 @@ VqRunFunctionHandler(VqJob *job, VqOutcome *outcome)
 		MakeCancelled(outcome);
 	outcome->duration_us = GetCurrentTimestamp() - start;
 	VqJobApiEnd(outcome);
+	VqInterceptComplete(job, outcome);
 }
 
 /* Send a job's announcement on its channel (at commit). */
@@ -542,6 +545,7 @@ Announce(const char *channel, pg_uuid_t *execution_id, int32 attempt)
 void
 VqDispatchNotify(VqJob *job, const char *channel)
 {
+	VqInterceptDispatch(job);
 	VqPersistRunning(job, true, GetCurrentTimestamp());
 	Announce(channel, &job->execution_id, job->attempt_number);
 }

@@ -12,6 +12,9 @@
 /* Set up the handler function cache and the execution timeout (once per executor). */
 extern void VqDispatchInit(void);
 
+/* The vq.job_context value of a job. */
+extern Datum VqJobContextDatum(VqJob *job);
+
 /* Run a function handler in a subtransaction; fills in the outcome. */
 extern void VqRunFunctionHandler(VqJob *job, VqOutcome *outcome);
 

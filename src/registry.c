@@ -52,8 +52,8 @@ static bool registry_valid = false;
 static MemoryContext registry_context = NULL;
 
 /* Relations whose invalidation makes the copy stale (known once it was read). */
-#define NWATCHED 6
-static Oid	watched_relids[NWATCHED] = {InvalidOid, InvalidOid, InvalidOid, InvalidOid, InvalidOid, InvalidOid};
+#define NWATCHED 8
+static Oid	watched_relids[NWATCHED];
 
 
 /* Relcache callback: a change to a watched table (or to everything) makes the copy stale. */
@@ -357,6 +357,41 @@ LoadDestination(ConfigRow *row, VqRegistry *reg)
 	reg->ndestinations++;
 }
 
+/* One vq.interceptor row into the registry. */
+static void
+LoadInterceptor(ConfigRow *row, VqRegistry *reg)
+{
+	VqInterceptor *i = MemoryContextAllocZero(registry_context, sizeof(VqInterceptor));
+	MemoryContext old;
+
+	i->name = ColumnText(row, "name");
+	i->position = ColumnInt32(row, "position", NULL);
+	i->on_dispatch = ColumnOid(row, "on_dispatch");
+	i->on_complete = ColumnOid(row, "on_complete");
+	old = MemoryContextSwitchTo(registry_context);
+	reg->interceptors = lappend(reg->interceptors, i);
+	MemoryContextSwitchTo(old);
+}
+
+/* Interceptors run by position, then name. */
+static int
+ByPosition(const ListCell *a, const ListCell *b)
+{
+	VqInterceptor *x = lfirst(a);
+	VqInterceptor *y = lfirst(b);
+
+	if (x->position != y->position)
+		return x->position < y->position ? -1 : 1;
+	return strcmp(x->name, y->name);
+}
+
+/* A vq.transition_listener row: only whether there are any is kept. */
+static void
+LoadListener(ConfigRow *row, VqRegistry *reg)
+{
+	reg->has_listeners = true;
+}
+
 /* The extension's owner, and its configuration tables (watched for changes). */
 static void
 LoadOwner(VqRegistry *reg, Oid *relids)
@@ -368,7 +403,7 @@ LoadOwner(VqRegistry *reg, Oid *relids)
 	SysScanDesc scan;
 	HeapTuple	tup;
 	const char *tables[NWATCHED] = {"handler", "contract_override", "queue", "destination", "producer_grant",
-	"queue_grant"};
+	"queue_grant", "interceptor", "transition_listener"};
 
 	if (!OidIsValid(ext) || !OidIsValid(nsp))
 		ereport(ERROR,
@@ -420,6 +455,9 @@ BuildRegistry(void)
 	ScanConfig(relids[3], LoadDestination, reg);
 	ScanConfig(relids[4], LoadProducerGrant, reg);
 	ScanConfig(relids[5], LoadQueueGrant, reg);
+	ScanConfig(relids[6], LoadInterceptor, reg);
+	list_sort(reg->interceptors, ByPosition);
+	ScanConfig(relids[7], LoadListener, reg);
 	MemoryContextSetParent(reg->mcxt, CacheMemoryContext);
 	registry_context = NULL;
 	return reg;

@@ -7,6 +7,7 @@
 
 #include "postgres.h"
 
+#include "fmgr.h"
 #include "nodes/pg_list.h"
 
 #include "backoff.h"
@@ -53,6 +54,17 @@ typedef struct VqDestination
 	Oid			fn;
 } VqDestination;
 
+/* An interceptor (vq.interceptor), called around every dispatch; see interceptors.c. */
+typedef struct VqInterceptor
+{
+	char	   *name;
+	int32		position;
+	Oid			on_dispatch;	/* InvalidOid: none */
+	Oid			on_complete;
+	FmgrInfo	dispatch_flinfo;	/* set up at the first call (fn_oid InvalidOid until then) */
+	FmgrInfo	complete_flinfo;
+} VqInterceptor;
+
 typedef struct VqRegistry
 {
 	MemoryContext mcxt;			/* holds this registry and everything it points to */
@@ -66,6 +78,8 @@ typedef struct VqRegistry
 	int			ndestinations;
 	bool		has_notify_handlers;
 	bool		has_limited_handlers;	/* a handler has max_running */
+	bool		has_listeners;	/* vq.transition_listener has rows */
+	List	   *interceptors;	/* VqInterceptor *, in (position, name) order */
 	uint64		generation;		/* counts the builds in this backend: tells copies apart */
 } VqRegistry;
 

@@ -93,3 +93,21 @@ VqLeaveUserCode(VqSavedUser *saved)
 	SetUserIdAndSecContext(saved->userid, saved->sec_context);
 	AtEOXact_GUC(false, saved->gucnestlevel);
 }
+
+/* An administrator's callback as the owner of its function (see roles.h). */
+void
+VqEnterCallback(Oid owner, VqSavedUser *saved)
+{
+	SwitchUser(owner, SECURITY_RESTRICTED_OPERATION, saved);
+	saved->gucnestlevel = NewGUCNestLevel();
+	(void) set_config_option("search_path", psprintf("%s, pg_temp", vq_handler_search_path),
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+}
+
+/* Back from a callback that returned. */
+void
+VqLeaveCallback(VqSavedUser *saved)
+{
+	AtEOXact_GUC(false, saved->gucnestlevel);
+	SetUserIdAndSecContext(saved->userid, saved->sec_context);
+}

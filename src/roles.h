@@ -33,4 +33,13 @@ extern void VqRecordSessionUser(void);
 extern void VqEnterUserCode(Oid role, VqSavedUser *saved);
 extern void VqLeaveUserCode(VqSavedUser *saved);
 
+/*
+ * An administrator's callback (an interceptor, a transition listener) as the
+ * owner of its function: a security-restricted operation at a new GUC nest
+ * level (it can neither change role nor leave anything in the session), with
+ * search_path = vq.handler_search_path + pg_temp; and back.
+ */
+extern void VqEnterCallback(Oid owner, VqSavedUser *saved);
+extern void VqLeaveCallback(VqSavedUser *saved);
+
 #endif							/* VQ_ROLES_H */
