@@ -237,6 +237,19 @@ CREATE TABLE vq.destination (
     registered_at  timestamptz NOT NULL DEFAULT pg_catalog.now()
 );
 
+-- Idempotency windows: vq_enqueue(..., job_id, unique_for => ...) keeps the role's job_id for
+-- that long whatever becomes of the job (the unique index of vq.job_active covers only unfinished
+-- jobs); another enqueue of the id meanwhile returns the job that holds the window. Expired
+-- windows are deleted by the retention sweep.
+CREATE TABLE vq.job_id_window (
+    enqueued_by   oid NOT NULL,
+    job_id        text NOT NULL,
+    execution_id  uuid NOT NULL,
+    until         timestamptz NOT NULL,
+    CONSTRAINT job_id_window_pkey PRIMARY KEY (enqueued_by, job_id)
+);
+CREATE INDEX job_id_window_until_idx ON vq.job_id_window (until);
+
 -- Interceptors (registered by an administrator): functions called around every dispatch of
 -- every job, function and NOTIFY handlers alike, in (position, name) order, each as the owner
 -- of its function. on_dispatch(vq.job_context) before the handler runs or the job is announced;
@@ -281,6 +294,7 @@ SELECT pg_catalog.pg_extension_config_dump('vq.producer_grant', '');
 SELECT pg_catalog.pg_extension_config_dump('vq.queue_grant', '');
 SELECT pg_catalog.pg_extension_config_dump('vq.destination', '');
 SELECT pg_catalog.pg_extension_config_dump('vq.interceptor', '');
+SELECT pg_catalog.pg_extension_config_dump('vq.job_id_window', '');
 SELECT pg_catalog.pg_extension_config_dump('vq.transition_listener', '');
 
 ------------------------------------------------------------------------------
@@ -381,11 +395,12 @@ CREATE FUNCTION vq_enqueue(
     priority      integer     DEFAULT NULL,
     max_attempts  integer     DEFAULT NULL,
     job_id        text        DEFAULT NULL,
-    metadata      jsonb       DEFAULT NULL)
+    metadata      jsonb       DEFAULT NULL,
+    unique_for    interval    DEFAULT NULL)
 RETURNS uuid
 LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'vq_enqueue';
-COMMENT ON FUNCTION vq_enqueue(text, jsonb, timestamptz, text, integer, integer, text, jsonb)
+COMMENT ON FUNCTION vq_enqueue(text, jsonb, timestamptz, text, integer, integer, text, jsonb, interval)
     IS 'enqueue a job in the current transaction; returns its execution_id';
 
 CREATE FUNCTION vq_enqueue_in(
@@ -396,11 +411,12 @@ CREATE FUNCTION vq_enqueue_in(
     priority      integer DEFAULT NULL,
     max_attempts  integer DEFAULT NULL,
     job_id        text    DEFAULT NULL,
-    metadata      jsonb   DEFAULT NULL)
+    metadata      jsonb   DEFAULT NULL,
+    unique_for    interval DEFAULT NULL)
 RETURNS uuid
 LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'vq_enqueue_in';
-COMMENT ON FUNCTION vq_enqueue_in(text, jsonb, interval, text, integer, integer, text, jsonb)
+COMMENT ON FUNCTION vq_enqueue_in(text, jsonb, interval, text, integer, integer, text, jsonb, interval)
     IS 'enqueue a job due clock_timestamp() + delay (resolved at call time)';
 
 CREATE FUNCTION vq_enqueue_many(

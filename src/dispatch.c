@@ -306,14 +306,23 @@ ResolveFunction(VqJob *job, volatile bool *dropped)
 	return hf;
 }
 
-/* Build the vq.job_context value a two-argument handler (and an interceptor) receives. */
+/*
+ * The vq.job_context value a two-argument handler (and an interceptor)
+ * receives: built once per job, in the job's own memory context.
+ */
 Datum
 VqJobContextDatum(VqJob *job)
 {
-	TupleDesc	desc = lookup_rowtype_tupdesc(JobContextType(), -1);
+	TupleDesc	desc;
 	Datum		values[9];
 	bool		nulls[9] = {false, false, false, false, false, false, false, false, false};
 	HeapTuple	tup;
+	MemoryContext old;
+
+	if (job->context != (Datum) 0)
+		return job->context;
+	old = MemoryContextSwitchTo(GetMemoryChunkContext(job));
+	desc = lookup_rowtype_tupdesc(JobContextType(), -1);
 
 	values[0] = UUIDPGetDatum(&job->execution_id);
 	values[1] = CStringGetTextDatum(job->job_id);
@@ -326,7 +335,9 @@ VqJobContextDatum(VqJob *job)
 	values[8] = JsonbPGetDatum(job->metadata);
 	tup = heap_form_tuple(desc, values, nulls);
 	ReleaseTupleDesc(desc);
-	return HeapTupleGetDatum(tup);
+	job->context = HeapTupleGetDatum(tup);
+	MemoryContextSwitchTo(old);
+	return job->context;
 }
 
 /* Check, as of now, that the enqueuing role may still run the handler. */

@@ -57,6 +57,7 @@ PG_FUNCTION_INFO_V1(vq_enqueue_many);
 #define ARG_MAX_ATTEMPTS 5
 #define ARG_JOB_ID		6		/* job_id, or job_ids for vq_enqueue_many */
 #define ARG_METADATA	7
+#define ARG_UNIQUE_FOR	8		/* vq_enqueue and vq_enqueue_in only */
 
 /* Everything but the per-job columns, resolved and validated. */
 typedef struct JobSpec
@@ -73,6 +74,7 @@ typedef struct JobSpec
 } JobSpec;
 
 static void CheckQueueGrant(const JobSpec *spec);
+static void RunWrite(SPIPlanPtr plan, Datum *values, const char *nulls, int expected);
 
 /* Columns every insert plan binds, in this order, as $1..$NCOMMON. */
 #define JOB_COLUMNS \
@@ -153,6 +155,78 @@ CheckJobId(text *job_id)
 		ereport(ERROR,
 				(errcode(ERRCODE_VQ_INVALID_JOB_ID),
 				 errmsg("job_id must be 1 to %d bytes long, got %d", VQ_JOB_ID_MAX, len)));
+}
+
+/* The unique_for argument: NULL, or a positive interval that comes with a job_id. */
+static Interval *
+UniqueFor(FunctionCallInfo fcinfo, text *job_id)
+{
+	Interval   *window;
+	Interval	zero;
+
+	if (PG_ARGISNULL(ARG_UNIQUE_FOR))
+		return NULL;
+	window = PG_GETARG_INTERVAL_P(ARG_UNIQUE_FOR);
+	memset(&zero, 0, sizeof(zero));
+	if (job_id == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_VQ_INVALID_JOB_ID),
+				 errmsg("unique_for needs a job_id")));
+	if (DatumGetInt32(DirectFunctionCall2(interval_cmp, IntervalPGetDatum(window), IntervalPGetDatum(&zero))) <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_VQ_INVALID_ARGUMENT),
+				 errmsg("unique_for must be a positive interval")));
+	return window;
+}
+
+/*
+ * Take the role's job_id for the window, unless a job enqueued earlier holds
+ * it: then return that job's execution_id. The primary key of
+ * vq.job_id_window settles races between sessions: a second session waits
+ * for the first one's commit, then finds the window held (or free again if
+ * the first rolled back). In the caller's SPI connection, as the owner.
+ */
+static Datum
+HolderOfWindow(Oid role, text *job_id, pg_uuid_t *execution_id, Interval *window)
+{
+	static SPIPlanPtr take_plan = NULL;
+	static SPIPlanPtr holder_plan = NULL;
+	Datum		values[4] = {ObjectIdGetDatum(role), PointerGetDatum(job_id), UUIDPGetDatum(execution_id),
+	IntervalPGetDatum(window)};
+	bool		isnull;
+
+	RunWrite(VqKeepPlan(&take_plan,
+					  "INSERT INTO vq.job_id_window AS w (enqueued_by, job_id, execution_id, until)"
+					  " VALUES ($1, $2, $3, pg_catalog.now() OPERATOR(pg_catalog.+) $4)"
+					  " ON CONFLICT ON CONSTRAINT job_id_window_pkey DO UPDATE"
+					  " SET execution_id = excluded.execution_id, until = excluded.until"
+					  " WHERE w.until OPERATOR(pg_catalog.<=) pg_catalog.now() RETURNING 1",
+					  4, (Oid[]) {OIDOID, TEXTOID, UUIDOID, INTERVALOID}),
+			 values, NULL, SPI_OK_INSERT_RETURNING);
+	if (SPI_processed == 1)
+		return (Datum) 0;
+	if (SPI_execute_plan(VqKeepPlan(&holder_plan,
+								  "SELECT execution_id FROM vq.job_id_window"
+								  " WHERE enqueued_by OPERATOR(pg_catalog.=) $1 AND job_id OPERATOR(pg_catalog.=) $2",
+								  2, (Oid[]) {OIDOID, TEXTOID}),
+						 values, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "vq_job: job_id window lookup failed");
+	return SPI_datumTransfer(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull),
+							 false, UUID_LEN);
+}
+
+/* The window we took belongs to the unfinished job that held the id already. */
+static void
+WindowHeldBy(Oid role, text *job_id, Datum execution_id)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		values[3] = {ObjectIdGetDatum(role), PointerGetDatum(job_id), execution_id};
+
+	RunWrite(VqKeepPlan(&plan,
+					  "UPDATE vq.job_id_window SET execution_id = $3"
+					  " WHERE enqueued_by OPERATOR(pg_catalog.=) $1 AND job_id OPERATOR(pg_catalog.=) $2",
+					  3, (Oid[]) {OIDOID, TEXTOID, UUIDOID}),
+			 values, NULL, SPI_OK_UPDATE);
 }
 
 /*
@@ -335,9 +409,13 @@ RunWrite(SPIPlanPtr plan, Datum *values, const char *nulls, int expected)
 		elog(ERROR, "vq_job: job insert failed: %s", SPI_result_code_string(rc));
 }
 
-/* Insert one job; with a job_id, return the unfinished holder of that id instead. */
+/*
+ * Insert one job; with a job_id, return the unfinished holder of that id
+ * instead, and with a window (unique_for) also the job that holds the window,
+ * whatever its state.
+ */
 static Datum
-InsertOne(const JobSpec *spec, Datum payload, bool payload_null, text *job_id)
+InsertOne(const JobSpec *spec, Datum payload, bool payload_null, text *job_id, Interval *window)
 {
 	Datum		values[NPARAMS];
 	char		nulls[NPARAMS];
@@ -377,6 +455,8 @@ InsertOne(const JobSpec *spec, Datum payload, bool payload_null, text *job_id)
 	else
 	{
 		values[1] = PointerGetDatum(job_id);
+		if (window != NULL)
+			result = HolderOfWindow(spec->enqueued_by, job_id, execution_id, window);
 
 		/*
 		 * Either our insert wins, or another unfinished job holds the id and we
@@ -409,6 +489,8 @@ InsertOne(const JobSpec *spec, Datum payload, bool payload_null, text *job_id)
 			{
 				result = SPI_datumTransfer(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
 														 1, &isnull), false, UUID_LEN);
+				if (window != NULL)
+					WindowHeldBy(spec->enqueued_by, job_id, result);
 			}
 		}
 	}
@@ -447,7 +529,8 @@ vq_enqueue(PG_FUNCTION_ARGS)
 	ResolveSpec(fcinfo, &spec);
 	if (!PG_ARGISNULL(ARG_WHEN))
 		spec.scheduled_at = PG_GETARG_TIMESTAMPTZ(ARG_WHEN);
-	return InsertOne(&spec, PG_GETARG_DATUM(ARG_PAYLOAD), PG_ARGISNULL(ARG_PAYLOAD), job_id);
+	return InsertOne(&spec, PG_GETARG_DATUM(ARG_PAYLOAD), PG_ARGISNULL(ARG_PAYLOAD), job_id,
+					 UniqueFor(fcinfo, job_id));
 }
 
 /* vq_enqueue_in(handler, payload, delay, ...): due clock_timestamp() + delay, resolved now. */
@@ -465,7 +548,8 @@ vq_enqueue_in(PG_FUNCTION_ARGS)
 		spec.scheduled_at = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
 																	TimestampTzGetDatum(spec.scheduled_at),
 																	PG_GETARG_DATUM(ARG_WHEN)));
-	return InsertOne(&spec, PG_GETARG_DATUM(ARG_PAYLOAD), PG_ARGISNULL(ARG_PAYLOAD), job_id);
+	return InsertOne(&spec, PG_GETARG_DATUM(ARG_PAYLOAD), PG_ARGISNULL(ARG_PAYLOAD), job_id,
+					 UniqueFor(fcinfo, job_id));
 }
 
 /* Check that an array argument is one-dimensional (or empty) and return its length. */
@@ -674,7 +758,7 @@ VqEnqueueResolved(const char *handler_name, const char *queue_name, int32 priori
 	spec.metadata = metadata ? metadata : VqMergeBoundContext(NULL);
 	spec.now = GetCurrentTransactionStartTimestamp();
 	spec.scheduled_at = scheduled_at;
-	return InsertOne(&spec, payload, payload_null, NULL);
+	return InsertOne(&spec, payload, payload_null, NULL, NULL);
 }
 
 /*

@@ -755,7 +755,7 @@ SetUpExecutor(Datum arg)
 	before_shmem_exit(RecordCutWorkAtExit, (Datum) 0);	/* runs first */
 
 	/* vq_job's own statements are schema-qualified; nothing should come from elsewhere. */
-	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("search_path", VQ_CALLBACK_SEARCH_PATH, PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("synchronous_commit", vq_worker_synchronous_commit ? "on" : "off", PGC_SUSET, PGC_S_OVERRIDE);
 
 	cycle_context = AllocSetContextCreate(TopMemoryContext, "vq_job executor cycle", ALLOCSET_DEFAULT_SIZES);

@@ -30,6 +30,7 @@ typedef struct VqJob
 	Oid			enqueued_by;
 	bool		running;		/* claimed visibly: RUNNING is committed */
 	TimestampTz updated_at;		/* as read, when an outcome must find the row unchanged (else 0) */
+	Datum		context;		/* its vq.job_context, once built ((Datum) 0 until then; see VqJobContextDatum) */
 } VqJob;
 
 typedef enum VqOutcomeKind

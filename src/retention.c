@@ -147,14 +147,34 @@ DeleteOutboxRows(TimestampTz published_before, TimestampTz failed_before)
 	return SPI_processed;
 }
 
-/* One round of retention: delete expired jobs, batch by batch, within the time budget. */
+/* Delete one batch of idempotency windows (vq_enqueue's unique_for) that have ended; returns how many. */
+static uint64
+DeleteEndedWindows(TimestampTz now)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		values[2] = {TimestampTzGetDatum(now), Int32GetDatum(RETENTION_BATCH)};
+
+	(void) VqKeepPlan(&plan,
+					  "DELETE FROM vq.job_id_window w WHERE (w.enqueued_by, w.job_id) IN ("
+					  " SELECT enqueued_by, job_id FROM vq.job_id_window WHERE until OPERATOR(pg_catalog.<) $1"
+					  " LIMIT $2 FOR UPDATE SKIP LOCKED)",
+					  2, (Oid[]) {TIMESTAMPTZOID, INT4OID});
+	if (SPI_execute_plan(plan, values, NULL, false, 0) != SPI_OK_DELETE)
+		elog(ERROR, "vq_job: deleting ended job_id windows failed");
+	return SPI_processed;
+}
+
+/*
+ * One round of retention: delete expired jobs, outbox rows and ended job_id
+ * windows, batch by batch, within the time budget.
+ */
 void
 VqRunRetention(void)
 {
 	TimestampTz start = GetCurrentTimestamp();
+	bool		jobs_expire = vq_retention_finished_s >= 0 || vq_retention_dead_letter_s >= 0 ||
+		vq_retention_outbox_failed_s >= 0;
 
-	if (vq_retention_finished_s < 0 && vq_retention_dead_letter_s < 0 && vq_retention_outbox_failed_s < 0)
-		return;
 	if (TimestampDifferenceExceeds(positions.sweep_started, start, RETENTION_SWEEP_MS))
 	{
 		positions.finished_from = positions.dead_from = DT_NOBEGIN;
@@ -167,10 +187,14 @@ VqRunRetention(void)
 
 		CHECK_FOR_INTERRUPTS();
 		VqBeginTransaction();
-		deleted = DeleteBatch(now, now - (TimestampTz) Max(vq_retention_finished_s, 0) * USECS_PER_SEC,
-							  now - (TimestampTz) Max(vq_retention_dead_letter_s, 0) * USECS_PER_SEC);
-		deleted += DeleteOutboxRows(now - (TimestampTz) Max(vq_retention_finished_s, 0) * USECS_PER_SEC,
-									now - (TimestampTz) Max(vq_retention_outbox_failed_s, 0) * USECS_PER_SEC);
+		deleted = DeleteEndedWindows(now);
+		if (jobs_expire)
+		{
+			deleted += DeleteBatch(now, now - (TimestampTz) Max(vq_retention_finished_s, 0) * USECS_PER_SEC,
+								   now - (TimestampTz) Max(vq_retention_dead_letter_s, 0) * USECS_PER_SEC);
+			deleted += DeleteOutboxRows(now - (TimestampTz) Max(vq_retention_finished_s, 0) * USECS_PER_SEC,
+										now - (TimestampTz) Max(vq_retention_outbox_failed_s, 0) * USECS_PER_SEC);
+		}
 		VqCommitTransaction();
 		if (deleted < RETENTION_BATCH ||
 			TimestampDifferenceExceeds(start, GetCurrentTimestamp(), RETENTION_BUDGET_MS))

@@ -12,6 +12,7 @@
 
 #include "miscadmin.h"
 #include "commands/trigger.h"
+#include "catalog/namespace.h"
 #include "utils/guc.h"
 
 #include "roles.h"
@@ -100,8 +101,10 @@ VqEnterCallback(Oid owner, VqSavedUser *saved)
 {
 	SwitchUser(owner, SECURITY_RESTRICTED_OPERATION, saved);
 	saved->gucnestlevel = NewGUCNestLevel();
-	(void) set_config_option("search_path", psprintf("%s, pg_temp", vq_handler_search_path),
-							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	/* executors run with this path already; a client's session (a consumer's reply) may not */
+	if (strcmp(namespace_search_path, VQ_CALLBACK_SEARCH_PATH) != 0)
+		(void) set_config_option("search_path", VQ_CALLBACK_SEARCH_PATH,
+								 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 }
 
 /* Back from a callback that returned. */

@@ -7,8 +7,11 @@
 #   interceptor  one interceptor whose on_dispatch and on_complete are no-op PL/pgSQL functions
 #   listener     one transition listener (a no-op PL/pgSQL function) subscribed to everything
 # rate = N / (max(finished_at) - T), the backlog loaded in one transaction due at T = load start
-# + BENCH_DRAIN_DELAY s (default 4), as in workers.sh. Prints each run and the medians with their
-# ratio to "none". Goal: interceptor >= 0.8 x none.
+# + BENCH_DRAIN_DELAY s (default 4), as in workers.sh; and the executors' CPU time per job (user +
+# system, from /proc; vq.max_executors = 2 keeps the set of executors fixed), which other load on
+# a shared machine disturbs far less than the rate. Prints each run and the medians with their
+# ratio to "none" (for CPU: none's CPU per job / the set-up's, i.e. the rate ratio on an idle
+# machine). Goal: interceptor >= 0.8 x none.
 #
 # Run by ./scripts/bench (VQ_TEST_ONLY=callbacks): a fresh durable cluster, vq_job preloaded;
 # creates the database vq_bench_callbacks and drops it at the end; settings reset even on error.
@@ -59,6 +62,7 @@ ALTER TABLE vq.job_finished SET (autovacuum_enabled = off);
 SQL
 set_guc vq.executors_per_database 2
 set_guc vq.batch_size 500
+set_guc vq.max_executors 2
 wait_sql "SELECT count(*) = 2 FROM pg_stat_activity WHERE datname = current_database()
           AND backend_type = 'vq_job executor'" 30 "2 executors"
 
@@ -72,22 +76,36 @@ setup() {
     esac
 }
 
-# drain NAME ROUND: one drain; appends "NAME rate" to $RESULTS.
+# executor_cpu: the CPU time (clock ticks, user + system) of this database's executors so far.
+executor_cpu() {
+    local pid total=0 f
+    for pid in $(q "SELECT pid FROM pg_stat_activity WHERE datname = current_database()
+                     AND backend_type = 'vq_job executor'"); do
+        read -r -a f < <(cut -d' ' -f14,15 "/proc/$pid/stat")
+        total=$((total + f[0] + f[1]))
+    done
+    echo "$total"
+}
+
+# drain NAME ROUND: one drain; appends "NAME rate cpu_us_per_job" to $RESULTS.
 drain() {
-    local t rate
+    local t rate cpu0 cpu1 cpu
     setup "$1"
     q "TRUNCATE vq.job, vq.job_transition_data, vq.job_log" >/dev/null
     q "CHECKPOINT" >/dev/null
     t="$(q "SELECT now() + interval '$DELAY s' FROM (SELECT vq_enqueue_many('noop',
                array_fill('{\"n\": 1}'::jsonb, ARRAY[$N]), now() + interval '$DELAY s')) x")"
     q "ANALYZE vq.job" >/dev/null
+    cpu0="$(executor_cpu)"
     wait_sql "SELECT NOT EXISTS (SELECT 1 FROM vq.job_active)" 600 "the drain of $1"
+    cpu1="$(executor_cpu)"
+    cpu="$(awk -v a="$cpu0" -v b="$cpu1" -v hz="$(getconf CLK_TCK)" -v n="$N" 'BEGIN { printf "%.1f", (b - a) * 1e6 / hz / n }')"
     rate="$(q "SELECT round($N / extract(epoch FROM max(finished_at) - '$t'::timestamptz))
                  FROM vq.job_finished WHERE state = 'COMPLETED'")"
     [[ "$(q "SELECT count(*) FROM vq.job_finished WHERE state = 'COMPLETED'")" == "$N" ]] ||
         die "$1: not every job COMPLETED"
-    printf '  round %d  %-12s %8s jobs/s\n' "$2" "$1" "$rate"
-    echo "$1 $rate" >>"$RESULTS"
+    printf '  round %d  %-12s %8s jobs/s %6s us CPU/job\n' "$2" "$1" "$rate" "$cpu"
+    echo "$1 $rate $cpu" >>"$RESULTS"
 }
 
 RESULTS="$(mktemp)"
@@ -97,13 +115,17 @@ for ((r = 1; r <= ROUNDS; r++)); do
     for s in "${order[@]}"; do drain "$s" "$r"; done
 done
 
-median_of() { awk -v s="$1" '$1 == s { print $2 }' "$RESULTS" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
-base="$(median_of none)"
+median_of() { # SETUP COLUMN
+    awk -v s="$1" -v c="$2" '$1 == s { print $c }' "$RESULTS" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'
+}
+base="$(median_of none 2)"
+base_cpu="$(median_of none 3)"
 log ""
-log "| set-up | median jobs/s | ratio to none |"
-log "|---|---:|---:|"
+log "| set-up | median jobs/s | ratio to none | median CPU us/job | CPU ratio (none / set-up) |"
+log "|---|---:|---:|---:|---:|"
 for s in none interceptor listener; do
-    m="$(median_of "$s")"
-    log "| $s | $m | $(ratio "$m" "$base") |"
+    m="$(median_of "$s" 2)"
+    c="$(median_of "$s" 3)"
+    log "| $s | $m | $(ratio "$m" "$base") | $c | $(ratio "$base_cpu" "$c") |"
 done
 rm -f "$RESULTS"
