@@ -72,6 +72,7 @@
 #include "dispatch.h"
 #include "executor.h"
 #include "jobapi.h"
+#include "livelog.h"
 #include "launcher.h"
 #include "outcome.h"
 #include "pool.h"
@@ -385,9 +386,12 @@ Housekeeping(TimestampTz now)
 	if (flush)
 	{
 		VqFlushProgress();
+		VqSaveLiveLogs();
 		last_progress_flush = now;
 	}
 	CommitCycle(reserved);
+	if (flush)
+		VqLiveLogsSaved();
 	if (reserved)
 		VqSetClaimed(0, false);
 }

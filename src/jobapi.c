@@ -31,6 +31,7 @@
 
 #include "executor.h"
 #include "jobapi.h"
+#include "livelog.h"
 #include "outcome.h"
 #include "registry.h"
 #include "roles.h"
@@ -43,15 +44,6 @@ PG_FUNCTION_INFO_V1(vq_progress_add);
 PG_FUNCTION_INFO_V1(vq_job_cancelled);
 PG_FUNCTION_INFO_V1(vq_running_jobs);
 PG_FUNCTION_INFO_V1(vq_cancel);
-
-/* One buffered log line. */
-typedef struct LogEntry
-{
-	char	   *level;
-	char	   *message;
-	Jsonb	   *fields;
-	TimestampTz at;
-} LogEntry;
 
 static VqJob *current_job = NULL;
 static MemoryContext log_context = NULL;
@@ -94,6 +86,7 @@ VqJobApiBegin(VqJob *job)
 	r->progress_succeeded = 0;
 	r->progress_failed = 0;
 	VqEndJobWrite(VqMyExecutorSlot);
+	VqLiveLogBegin(r->seq);
 }
 
 /* A job ends: take its progress into the outcome, unpublish it. */
@@ -118,47 +111,27 @@ VqCurrentJob(void)
 	return current_job;
 }
 
-/* Write the job's buffered log lines (in the caller's transaction, connected to SPI). */
+/* Insert log lines of one attempt (in the caller's transaction, connected to SPI). */
 void
-VqFlushJobLogs(VqJob *job)
+VqWriteLogEntries(pg_uuid_t *execution_id, int32 attempt, List *entries)
 {
-	int			n = list_length(log_entries);
-	Datum	   *levels;
-	Datum	   *messages;
-	Datum	   *fields;
-	bool	   *field_nulls;
-	Datum	   *ats;
-	Datum		values[5];
+	int			n = list_length(entries);
+	Datum	   *levels = palloc(sizeof(Datum) * n);
+	Datum	   *messages = palloc(sizeof(Datum) * n);
+	Datum	   *fields = palloc(sizeof(Datum) * n);
+	bool	   *field_nulls = palloc(sizeof(bool) * n);
+	Datum	   *ats = palloc(sizeof(Datum) * n);
+	Datum		values[6];
 	int			dims[1] = {n};
 	int			lbs[1] = {1};
 	int			i = 0;
 	ListCell   *lc;
 
-	if (log_dropped > 0)
-	{
-		MemoryContext old = MemoryContextSwitchTo(log_context);
-		LogEntry   *e = palloc(sizeof(LogEntry));
-
-		e->level = "WARN";
-		e->message = psprintf(INT64_FORMAT " more log line(s) dropped: an attempt keeps at most %d (vq.log_max_lines)",
-							  log_dropped, vq_log_max_lines);
-		e->fields = NULL;
-		e->at = GetCurrentTimestamp();
-		log_entries = lappend(log_entries, e);
-		log_dropped = 0;
-		n++;
-		MemoryContextSwitchTo(old);
-	}
 	if (n == 0)
 		return;
-	levels = palloc(sizeof(Datum) * n);
-	messages = palloc(sizeof(Datum) * n);
-	fields = palloc(sizeof(Datum) * n);
-	field_nulls = palloc(sizeof(bool) * n);
-	ats = palloc(sizeof(Datum) * n);
-	foreach(lc, log_entries)
+	foreach(lc, entries)
 	{
-		LogEntry   *e = lfirst(lc);
+		VqLogEntry *e = lfirst(lc);
 
 		levels[i] = CStringGetTextDatum(e->level);
 		messages[i] = CStringGetTextDatum(e->message);
@@ -167,31 +140,48 @@ VqFlushJobLogs(VqJob *job)
 		ats[i] = TimestampTzGetDatum(e->at);
 		i++;
 	}
-	values[0] = UUIDPGetDatum(&job->execution_id);
-	values[1] = Int32GetDatum(job->attempt_number);
+	values[0] = UUIDPGetDatum(execution_id);
+	values[1] = Int32GetDatum(attempt);
 	values[2] = PointerGetDatum(construct_array(levels, n, TEXTOID, -1, false, TYPALIGN_INT));
 	values[3] = PointerGetDatum(construct_array(messages, n, TEXTOID, -1, false, TYPALIGN_INT));
 	values[4] = PointerGetDatum(construct_md_array(fields, field_nulls, 1, dims, lbs, JSONBOID, -1, false, TYPALIGN_INT));
-	if (log_plan == NULL)
-	{
-		Oid			types[6] = {UUIDOID, INT4OID, TEXTARRAYOID, TEXTARRAYOID, JSONBARRAYOID, TIMESTAMPTZARRAYOID};
+	values[5] = PointerGetDatum(construct_array(ats, n, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	if (SPI_execute_plan(VqKeepPlan(&log_plan,
+							  "INSERT INTO vq.job_log (execution_id, attempt_number, level, message, fields, logged_at)"
+							  " SELECT $1, $2, u.l, u.m, u.f, u.t"
+							  " FROM ROWS FROM (pg_catalog.unnest($3), pg_catalog.unnest($4),"
+							  "                 pg_catalog.unnest($5), pg_catalog.unnest($6)) AS u(l, m, f, t)",
+							  6, (Oid[]) {UUIDOID, INT4OID, TEXTARRAYOID, TEXTARRAYOID, JSONBARRAYOID, TIMESTAMPTZARRAYOID}),
+						 values, NULL, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "vq_job: writing job logs failed");
+}
 
-		log_plan = SPI_prepare("INSERT INTO vq.job_log (execution_id, attempt_number, level, message, fields, logged_at)"
-							   " SELECT $1, $2, u.l, u.m, u.f, u.t"
-							   " FROM ROWS FROM (pg_catalog.unnest($3), pg_catalog.unnest($4),"
-							   "                 pg_catalog.unnest($5), pg_catalog.unnest($6)) AS u(l, m, f, t)",
-							   6, types);
-		if (log_plan == NULL)
-			elog(ERROR, "vq_job: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-		SPI_keepplan(log_plan);
-	}
-	{
-		Datum		all[6] = {values[0], values[1], values[2], values[3], values[4],
-		PointerGetDatum(construct_array(ats, n, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE))};
+/*
+ * Write the job's log lines that no other executor saved while it ran (in the
+ * caller's transaction, connected to SPI), and a last line counting those
+ * over vq.log_max_lines.
+ */
+void
+VqFlushJobLogs(VqJob *job)
+{
+	int			saved = VqLiveLogClose();
 
-		if (SPI_execute_plan(log_plan, all, NULL, false, 0) != SPI_OK_INSERT)
-			elog(ERROR, "vq_job: writing job logs failed");
+	if (log_dropped > 0)
+	{
+		MemoryContext old = MemoryContextSwitchTo(log_context);
+		VqLogEntry *e = palloc(sizeof(VqLogEntry));
+
+		e->level = "WARN";
+		e->message = psprintf(INT64_FORMAT " more log line(s) dropped: an attempt keeps at most %d (vq.log_max_lines)",
+							  log_dropped, vq_log_max_lines);
+		e->fields = NULL;
+		e->at = GetCurrentTimestamp();
+		log_entries = lappend(log_entries, e);
+		log_dropped = 0;
+		MemoryContextSwitchTo(old);
 	}
+	if (saved < list_length(log_entries))
+		VqWriteLogEntries(&job->execution_id, job->attempt_number, list_copy_tail(log_entries, saved));
 	MemoryContextReset(log_context);
 	log_entries = NIL;
 }
@@ -242,7 +232,7 @@ vq_log(PG_FUNCTION_ARGS)
 {
 	char	   *level;
 	MemoryContext old;
-	LogEntry   *e;
+	VqLogEntry   *e;
 
 	RequireJob("vq_log()");
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
@@ -265,7 +255,7 @@ vq_log(PG_FUNCTION_ARGS)
 		PG_RETURN_VOID();
 	}
 	old = MemoryContextSwitchTo(log_context);
-	e = palloc(sizeof(LogEntry));
+	e = palloc(sizeof(VqLogEntry));
 	e->level = pstrdup(level);
 	for (char *p = e->level; *p; p++)
 		*p = pg_toupper((unsigned char) *p);
@@ -274,6 +264,9 @@ vq_log(PG_FUNCTION_ARGS)
 	e->at = GetCurrentTimestamp();
 	log_entries = lappend(log_entries, e);
 	MemoryContextSwitchTo(old);
+	/* a handler that runs long offers its lines to be saved while it runs */
+	if (TimestampDifferenceExceeds(VqMyExecutorSlot->job.started_at, e->at, VQ_LIVE_LOG_AFTER_MS))
+		VqLiveLogPublish(log_entries);
 	PG_RETURN_VOID();
 }
 

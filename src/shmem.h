@@ -147,7 +147,25 @@ typedef struct VqRunningJob
 	int64		progress_failed;
 } VqRunningJob;
 
-/* One executor process; every field is written by that executor only. */
+/* Bytes of log lines a running handler wrote that other executors can save while it runs. */
+#define VQ_LIVE_LOG_BYTES 4096
+
+/*
+ * The live log of an executor's running job (see livelog.c), under the
+ * database slot's lock: the running executor appends lines and resets it for
+ * each run; another executor saves the lines and removes them.
+ */
+typedef struct VqLiveLog
+{
+	uint64		seq;			/* the run the lines belong to (VqRunningJob.seq; 0: closed) */
+	int			first_line;		/* number (in the run) of the first line held */
+	int			nlines;
+	int			nbytes;
+	bool		saving;			/* another executor copied lines and has not committed them yet */
+	char		buf[VQ_LIVE_LOG_BYTES];
+} VqLiveLog;
+
+/* One executor process; every field is written by that executor only (but the live log). */
 typedef struct VqExecutorSlot
 {
 	/* identity, set at start and cleared at exit, under the slot's lock */
@@ -165,6 +183,7 @@ typedef struct VqExecutorSlot
 	/* the job running now: changecount protocol */
 	uint32		changecount;
 	VqRunningJob job;
+	VqLiveLog	log;
 } VqExecutorSlot;
 
 typedef struct VqDatabaseSlot
