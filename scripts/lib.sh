@@ -48,6 +48,7 @@ vq_as_pg() {
 #   libpq-dev                      libpq headers
 #   postgresql-15-pgtap            pgTAP extension
 #   libtap-parser-sourcehandler-pgtap-perl   pg_prove
+#   nodejs npm python3-psycopg pgbouncer      the client examples (test/scenarios/examples.sh)
 # (Debian 12 has no separate postgresql-contrib-15: contrib ships inside
 # postgresql-15.  Installing postgresql-15 may create and start the packaged
 # 15/main cluster on 5432; we never use it.)
@@ -55,6 +56,7 @@ VQ_DEB_PACKAGES=(
     make gcc libc6-dev
     postgresql-15 postgresql-client-15 postgresql-server-dev-15 libpq-dev
     postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl
+    nodejs npm python3-psycopg pgbouncer
 )
 vq_deps() {
     if [[ "${VQ_SKIP_DEPS:-}" == 1 ]]; then
@@ -63,6 +65,8 @@ vq_deps() {
     fi
     local p missing=()
     for p in "${VQ_DEB_PACKAGES[@]}"; do
+        # NodeSource's nodejs bundles npm and conflicts with Debian's: an npm on PATH will do.
+        [[ "$p" == npm ]] && command -v npm >/dev/null && continue
         if [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" != "install ok installed" ]]; then
             missing+=("$p")
         fi
@@ -77,7 +81,7 @@ vq_deps() {
         vq_log "deps: installing ${missing[*]}"
         apt-get update || { vq_err "apt-get update failed"; return 1; }
         DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-            "${VQ_DEB_PACKAGES[@]}" </dev/null || { vq_err "apt-get install failed"; return 1; }
+            "${missing[@]}" </dev/null || { vq_err "apt-get install failed"; return 1; }
     fi
     if ! getent passwd postgres >/dev/null; then
         vq_err "system user 'postgres' does not exist (postgresql-common should create it)"
