@@ -2,7 +2,7 @@
 // exporter.js: a tiny Prometheus exporter: GET /metrics answers vq_metrics() in the text
 // exposition format, each family with its HELP and TYPE lines.
 //
-//   node exporter.js [PORT] [HOST]        (defaults 9464, 127.0.0.1)
+//   node exporter.js [PORT] [HOST]        (defaults 9464, 127.0.0.1; port 0: any free port)
 //
 // Connects with the libpq variables. vq_metrics() counts the jobs of the roles the exporter's
 // role is a member of. Scrape config: static_configs: [{targets: ['HOST:PORT']}].
@@ -61,4 +61,4 @@ function stop() {
 }
 process.on('SIGTERM', stop);
 process.on('SIGINT', stop);
-server.listen(port, host, () => console.log(`listening on http://${host}:${port}/metrics`));
+server.listen(port, host, () => console.log(`listening on http://${host}:${server.address().port}/metrics`));

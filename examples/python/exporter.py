@@ -2,7 +2,7 @@
 """exporter.py: a tiny Prometheus exporter: GET /metrics answers vq_metrics() in the text
 exposition format, each family with its HELP and TYPE lines.
 
-    /usr/bin/python3 exporter.py [PORT] [HOST]        (defaults 9464, 127.0.0.1)
+    /usr/bin/python3 exporter.py [PORT] [HOST]        (defaults 9464, 127.0.0.1; port 0: any free port)
 
 Connects with the libpq variables, once per scrape (Prometheus scrapes every few seconds at
 most). vq_metrics() counts the jobs of the roles the exporter's role is a member of. Scrape
@@ -69,7 +69,7 @@ def main():
     for sig in (signal.SIGTERM, signal.SIGINT):
         # shutdown() waits for serve_forever() to return: call it from another thread.
         signal.signal(sig, lambda *_: threading.Thread(target=server.shutdown).start())
-    print(f"listening on http://{host}:{port}/metrics", flush=True)
+    print(f"listening on http://{host}:{server.server_address[1]}/metrics", flush=True)
     server.serve_forever()
     server.server_close()
 

@@ -29,10 +29,10 @@ set -euo pipefail
 
 EX="$VQ_REPO_ROOT/examples"
 PY=/usr/bin/python3           # Debian's, which has python3-psycopg (not the first python3 on PATH)
-PORT_RANGE=(56200 56299)      # pgbouncer and the exporters
+BOUNCER_PORT=56200            # names pgbouncer's socket, in a directory of its own: cannot collide
 TMPD="$(mktemp -d /tmp/vq_examples.XXXXXX)"
 declare -A BG_PID=()
-BOUNCER_DIR="" BOUNCER_PORT=""
+BOUNCER_DIR=""
 
 cleanup() {
     local rc=$? name
@@ -54,15 +54,6 @@ cleanup() {
 trap cleanup EXIT
 
 # ---- helpers ---------------------------------------------------------------------------------
-
-# free_port: a port of PORT_RANGE nothing listens on.
-free_port() {
-    local p
-    for ((p = PORT_RANGE[0]; p <= PORT_RANGE[1]; p++)); do
-        vq_port_in_use "$p" || { echo "$p"; return 0; }
-    done
-    fail "no free port in ${PORT_RANGE[0]}-${PORT_RANGE[1]}"
-}
 
 # bg_start NAME CMD...: run CMD (a program, so that its pid is the one signalled) in the
 # background, output in $TMPD/NAME.log.
@@ -208,18 +199,17 @@ for lang in "${LANGS[@]}"; do
     N_ORDERS=$((N_ORDERS + 1))
 done
 
-# bouncer_start: a pgbouncer (as postgres: it refuses root) on 127.0.0.1, transaction pooling,
-# one server connection per database and user.
+# bouncer_start: a pgbouncer (as postgres: it refuses root) on a unix socket of its own (a TCP
+# port could be taken by anything on the machine), transaction pooling, one server connection
+# per database and user.
 bouncer_start() {
     BOUNCER_DIR="$TMPD/pgbouncer"
-    BOUNCER_PORT="$(free_port)"
     mkdir "$BOUNCER_DIR"
     printf '"shop_app" ""\n"postgres" ""\n' >"$BOUNCER_DIR/users.txt"
     cat >"$BOUNCER_DIR/pgbouncer.ini" <<EOF
 [databases]
 * = host=$PGHOST port=$PGPORT
 [pgbouncer]
-listen_addr = 127.0.0.1
 listen_port = $BOUNCER_PORT
 unix_socket_dir = $BOUNCER_DIR
 auth_type = trust
@@ -234,7 +224,7 @@ EOF
     chmod 755 "$TMPD"
     vq_as_pg "$PGBOUNCER" -d "$BOUNCER_DIR/pgbouncer.ini" ||
         fail "pgbouncer did not start: $(tail -n 20 "$BOUNCER_DIR/pgbouncer.log" 2>/dev/null)"
-    PGHOST=127.0.0.1 PGPORT="$BOUNCER_PORT" wait_ready 10
+    PGHOST="$BOUNCER_DIR" PGPORT="$BOUNCER_PORT" wait_ready 10
 }
 
 # bouncer_stop: stop the pgbouncer bouncer_start started (by the pid in its pidfile).
@@ -256,7 +246,7 @@ if [[ -n "$PGBOUNCER" ]]; then
     bouncer_start
     for lang in "${LANGS[@]}"; do
         example "$lang" orders
-        out="$(PGHOST=127.0.0.1 PGPORT="$BOUNCER_PORT" PGUSER=shop_app "${EXAMPLE_CMD[@]}" "$lang-bouncer")" ||
+        out="$(PGHOST="$BOUNCER_DIR" PGPORT="$BOUNCER_PORT" PGUSER=shop_app "${EXAMPLE_CMD[@]}" "$lang-bouncer")" ||
             fail "orders ($lang) through pgbouncer exited with an error"
         check_orders "$lang" "$out"
         N_ORDERS=$((N_ORDERS + 1))
@@ -267,11 +257,11 @@ if [[ -n "$PGBOUNCER" ]]; then
                  AND backend_type = 'client backend'" 5 "shop_app's only server connection to be the pool's"
     # Why the examples use the transaction's context: a session-level binding stays on the
     # server connection and reaches the next client of the pool.
-    PGHOST=127.0.0.1 PGPORT="$BOUNCER_PORT" PGUSER=shop_app \
+    PGHOST="$BOUNCER_DIR" PGPORT="$BOUNCER_PORT" PGUSER=shop_app \
         q "SELECT vq_context_set('request', '{\"id\": \"leaked\"}')" >/dev/null
-    assert_eq '{"request": {"id": "leaked"}}' "$(PGHOST=127.0.0.1 PGPORT="$BOUNCER_PORT" PGUSER=shop_app q "SELECT vq_context()")" \
+    assert_eq '{"request": {"id": "leaked"}}' "$(PGHOST="$BOUNCER_DIR" PGPORT="$BOUNCER_PORT" PGUSER=shop_app q "SELECT vq_context()")" \
         "context a new client sees after another bound one for its session (the hazard)"
-    PGHOST=127.0.0.1 PGPORT="$BOUNCER_PORT" PGUSER=shop_app q "SELECT vq_context_clear()" >/dev/null
+    PGHOST="$BOUNCER_DIR" PGPORT="$BOUNCER_PORT" PGUSER=shop_app q "SELECT vq_context_clear()" >/dev/null
     bouncer_stop || fail "pgbouncer did not stop"
     BOUNCER_DIR=""
 fi
@@ -369,10 +359,10 @@ scrape() {
 
 log "5. Prometheus exporters"
 for lang in "${LANGS[@]}"; do
-    port="$(free_port)"
     example "$lang" exporter
-    bg_start "exporter-$lang" env PGUSER=shop_app "${EXAMPLE_CMD[@]}" "$port"
-    bg_wait_line "exporter-$lang" "listening on http://127.0.0.1:$port/metrics" 15
+    bg_start "exporter-$lang" env PGUSER=shop_app "${EXAMPLE_CMD[@]}" 0   # 0: a port the system picks
+    bg_wait_line "exporter-$lang" '^listening on http://127\.0\.0\.1:[0-9]+/metrics$' 15
+    port="$(sed -nE 's|^listening on http://127\.0\.0\.1:([0-9]+)/metrics$|\1|p' "$TMPD/exporter-$lang.log")"
     resp="$(scrape "$port")"
     printf '%s\n' "$resp" >"$TMPD/scrape-$lang.txt"
     head -n 1 <<<"$resp" | grep -qE '^HTTP/1\.[01] 200 ' || fail "exporter ($lang): status line $(head -n 1 <<<"$resp")"
