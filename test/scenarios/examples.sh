@@ -52,6 +52,9 @@ cleanup() {
     exit "$rc"
 }
 trap cleanup EXIT
+# a timeout's signal must run cleanup too: pgbouncer runs as a daemon, outside our process group
+trap 'exit 143' TERM
+trap 'exit 130' INT
 
 # ---- helpers ---------------------------------------------------------------------------------
 
