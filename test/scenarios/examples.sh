@@ -141,6 +141,7 @@ fi
 # check_orders LANG JSON: what orders.js / orders.py printed matches the database.
 check_orders() {
     local lang="$1" out="$2" ids
+    log "   $out"
     check "orders ($lang)" "$(cat <<'SQL'
 WITH o AS (SELECT :'out'::jsonb AS o),
      v AS (SELECT o, o->'committed' AS c, o->>'label' AS lbl,
