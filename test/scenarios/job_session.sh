@@ -40,6 +40,9 @@ seen() { q "SELECT info ->> '$2' FROM js_seen WHERE tag = '$1'"; }
 
 log "setup: roles, one executor, queue js, handlers"
 one_executor
+# handlers under 1 s run inline after their first run, however loaded the machine is (part 2
+# needs js_leave inline: it does more than the default 5 ms of work)
+set_config vq.inline_handler_ms 1000
 qs >/dev/null <<SQL
 CREATE ROLE "$ROLE_A";
 CREATE ROLE "$ROLE_B";
