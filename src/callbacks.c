@@ -212,7 +212,9 @@ Intercept(VqJob *job, Datum ctx, VqOutcome *outcome)
 void
 VqInterceptDispatch(VqJob *job)
 {
-	if (VqRegistryGet()->interceptors != NIL)
+	VqRegistry *registry = VqRegistryGetIfInstalled();
+
+	if (registry != NULL && registry->interceptors != NIL)
 		Intercept(job, VqJobContextDatum(job), NULL);
 }
 
@@ -220,6 +222,8 @@ VqInterceptDispatch(VqJob *job)
 void
 VqInterceptComplete(VqJob *job, VqOutcome *outcome)
 {
-	if (VqRegistryGet()->interceptors != NIL)
+	VqRegistry *registry = VqRegistryGetIfInstalled();
+
+	if (registry != NULL && registry->interceptors != NIL)
 		Intercept(job, VqJobContextDatum(job), outcome);
 }

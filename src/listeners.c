@@ -51,7 +51,9 @@ typedef struct Transition
 Datum
 vq_transition_listeners_exist(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_BOOL(VqRegistryGet()->has_listeners);
+	VqRegistry *registry = VqRegistryGetIfInstalled();
+
+	PG_RETURN_BOOL(registry != NULL && registry->has_listeners);
 }
 
 /* Notify or call one listener (a row of the query in FireListeners). */

@@ -481,6 +481,19 @@ VqRegistryGet(void)
 	return registry;
 }
 
+/*
+ * The current registry, or NULL when the extension is not (or no longer)
+ * installed: for code that runs inside vq_job's own statements (a trigger's
+ * WHEN clause, an interceptor call) while DROP EXTENSION may have committed.
+ */
+VqRegistry *
+VqRegistryGetIfInstalled(void)
+{
+	if ((!registry_valid || registry == NULL) && !OidIsValid(get_extension_oid("vq_job", true)))
+		return NULL;
+	return VqRegistryGet();
+}
+
 /* The current registry, kept alive (not freed by a rebuild) until VqRegistryRelease. */
 VqRegistry *
 VqRegistryPin(void)

@@ -94,6 +94,9 @@ extern void VqRegistryInit(void);
  */
 extern VqRegistry *VqRegistryGet(void);
 
+/* The same, or NULL when the extension is not installed (no error). */
+extern VqRegistry *VqRegistryGetIfInstalled(void);
+
 /*
  * The current registry, pinned: a rebuild leaves it alone, and pointers into
  * it stay valid until the matching VqRegistryRelease (which frees it if it

@@ -48,8 +48,8 @@ SELECT set_eq($$
                                 OR has_sequence_privilege('public', c.oid, 'SELECT'))
   $$, $$ VALUES
     -- enqueue, resolution, backoff table, durable context, outbox
-    ('function vq_enqueue(text,jsonb,timestamp with time zone,text,integer,integer,text,jsonb)'),
-    ('function vq_enqueue_in(text,jsonb,interval,text,integer,integer,text,jsonb)'),
+    ('function vq_enqueue(text,jsonb,timestamp with time zone,text,integer,integer,text,jsonb,interval)'),
+    ('function vq_enqueue_in(text,jsonb,interval,text,integer,integer,text,jsonb,interval)'),
     ('function vq_enqueue_many(text,jsonb[],timestamp with time zone,text,integer,integer,text[],jsonb)'),
     ('function vq_resolve_target(text)'), ('function vq_supported_target_ids()'),
     ('function vq_backoff_delay(text,integer,integer,integer)'),
