@@ -607,6 +607,9 @@ PollCycle(void)
 	Housekeeping(now);
 
 	VqBeginTransaction();
+	/* DROP EXTENSION may have committed since Housekeeping looked: then exit as it would */
+	if (VqRegistryGetIfInstalled() == NULL)
+		CheckExtension(now);
 	/* pinned: handlers may enqueue, and an enqueue may rebuild the registry */
 	registry = VqRegistryPin();
 	LookAtDueTimes(registry, now);
