@@ -61,3 +61,8 @@ cassert:
 # The API fuzz run for 5 minutes (the regular suite runs it for 20 s).
 fuzz:
 	VQ_TEST_ONLY=api_fuzz.sh VQ_FUZZ_SECS=300 ./scripts/test
+# The chaos soak: 10 minutes of producers and faults, then the exact accounting (not in CI;
+# test/scenarios/soak_short.sh is its 60-s version in the regular suite).
+.PHONY: soak
+soak:
+	./test/soak/soak.sh
