@@ -231,6 +231,13 @@ INSERT INTO acc
 SELECT 60, 'longest RUNNING after its executor died (s; jobs)',
        coalesce(round(extract(epoch FROM max(at - crash_at))::numeric, 2)::text, '-') || '; ' || count(*), '', true
   FROM ab WHERE cause = 'death' AND crash_at IS NOT NULL;
+INSERT INTO acc
+SELECT 61, '  after ' || f.kind || ' (s; jobs)',
+       round(extract(epoch FROM max(ab.at - ab.crash_at))::numeric, 2) || '; ' || count(*), '', true
+  FROM ab JOIN soak_fault f ON f.t0 = ab.crash_at
+ WHERE ab.cause = 'death'
+ GROUP BY f.kind;
+
 -- ---- faults -------------------------------------------------------------------------------
 INSERT INTO acc
 SELECT 70, 'faults', string_agg(kind || ' ' || n, ', ' ORDER BY kind), '', true

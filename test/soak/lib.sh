@@ -188,7 +188,7 @@ _soak_back() {
 fault_kill_executor() {
     local pid t0
     # an executor running a job claimed visibly, if any, so that a job is surely orphaned
-    pid="$(soak_retry "SELECT coalesce((SELECT j.worker_pid FROM vq.job_active j JOIN pg_stat_activity a ON a.pid = j.worker_pid
+    pid="$(soak_retry "SELECT coalesce((SELECT j.worker_pid FROM vq.job_active j JOIN pg_stat_activity a ON a.pid = j.worker_pid AND a.backend_type = 'vq_job executor'
                                          WHERE j.state = 'RUNNING' ORDER BY random() LIMIT 1),
                                         (SELECT pid FROM pg_stat_activity WHERE backend_type = 'vq_job executor'
                                           AND datname = current_database() ORDER BY random() LIMIT 1))")"
@@ -322,11 +322,11 @@ soak_settle() {
 }
 
 # ---- accounting --------------------------------------------------------------------------
-# soak_log_errors: the server log written during the soak: the vq_job processes' warnings
-# and errors by kind (numbers and ids replaced), and how server processes ended.
+# soak_log_errors: the server log written during the soak: the vq_job processes' messages by
+# severity and kind (numbers and ids replaced), and how server processes ended.
 soak_log_errors() {
     tail -c +"$((SOAK_LOG_OFFSET + 1))" "$VQ_CLUSTER_DIR/server.log" |
-        sed -nE -e 's/^.*\] (vq_job (executor|launcher)) (WARNING|ERROR|FATAL|PANIC):  (.*)$/\1 \3: \4/p' \
+        sed -nE -e 's/^.*\] (vq_job (executor|launcher)) (LOG|WARNING|ERROR|FATAL|PANIC):  (.*)$/\1 \3: \4/p' \
                 -e 's/^.*LOG:  (background worker "vq_job [a-z]+"|server process) \(PID [0-9]+\)( was terminated by signal [0-9]+| exited with exit code [0-9]+).*$/LOG: \1\2/p' |
         sed -E 's/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/<id>/g; s/[0-9]+/N/g' |
         cut -c1-150 | sort | uniq -c | sort -rn
@@ -369,7 +369,7 @@ soak_account() {
                                                                         WHERE j.payload ->> 'k' = b.k::text LIMIT 1))) AS transitions
               FROM bad b ORDER BY b.what LIMIT 200" >"$SOAK_TMP/account.txt" || fail "the accounting queries failed"
     sed -n '/^violated musts: /q; p' "$SOAK_TMP/account.txt"
-    echo "server log since the soak began: vq_job warnings and errors by kind; how server processes ended"
+    echo "server log since the soak began: messages of the vq_job processes by kind; how server processes ended"
     soak_log_errors | sed 's/^/    /'
     nbad="$(sed -n 's/^violated musts: //p' "$SOAK_TMP/account.txt")"
     # SIGKILL is the soak's; a process ended by any other signal crashed by itself
