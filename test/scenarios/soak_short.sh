@@ -4,12 +4,12 @@
 # ~400 jobs/s (vq_enqueue and vq_enqueue_many in transactions, some rolled back on purpose;
 # DELAYED_JOB and NOTIFY outbox publishes; future-dated jobs; jobs failing until their last
 # attempt or always; jobs timing out; NOTIFY jobs served by vq_consumer; jobs cancelled),
-# while each of these faults strikes once, in random order: kill -9 of an executor, of the
-# launcher and of the consumer, pg_ctl stop -m immediate and -m fast with restarts, a
-# snapshot held for 15 s, a queue paused and resumed, vq_alter_queue, and re-registration of
-# a handler. Once everything has settled the exact accounting is printed; the scenario fails
-# on any violated 'must' (nothing lost, no duplicate effect, one job per outbox row, no
-# attempt consumed by an orderly stop, ...). The cluster is left running.
+# while each of these faults strikes at least once, in random order: kill -9 of an
+# executor, of the launcher and of the consumer, pg_ctl stop -m immediate and -m fast with
+# restarts, a snapshot held for 15 s, a queue paused and resumed, vq_alter_queue, and
+# re-registration of a handler. Once everything has settled the exact accounting is printed;
+# the scenario fails on any violated 'must' (nothing lost, no duplicate effect, one job per
+# outbox row, no attempt consumed by an orderly stop, ...). The cluster is left running.
 set -euo pipefail
 # shellcheck source=test/scenarios/lib/common.sh
 . "$(dirname "$0")/lib/common.sh"

@@ -65,7 +65,7 @@ SELECT 12, 'outbox rows committed (DELAYED_JOB / NOTIFY)',
 INSERT INTO acc
 SELECT 13, 'producer transactions rolled back on purpose (pgbench count, at least)', :'rolled_back', '', true;
 INSERT INTO acc
-SELECT 14, 'producer restarts (pgbench runs ended by faults)', :'producer_runs', '', true;
+SELECT 14, 'pgbench runs (each started again after a fault ended it)', :'producer_runs', '', true;
 
 -- ---- outcomes -----------------------------------------------------------------------------
 INSERT INTO acc
