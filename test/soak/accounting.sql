@@ -164,6 +164,21 @@ INSERT INTO acc
 SELECT 41, 'outbox rows not PUBLISHED, missing, or uncommitted', count(*)::text, 'must be 0', count(*) = 0
   FROM bad WHERE what LIKE 'outbox row %';
 
+INSERT INTO acc
+SELECT 42, 'NOTIFY outbox rows heard by a listener (it misses what is sent while it reconnects)',
+       count(DISTINCT h.outbox_id) || ' of ' || (SELECT count(*) FROM soak_produced WHERE kind = 'outbox_notify'), '', true
+  FROM soak_heard h;
+INSERT INTO bad
+SELECT 'NOTIFY outbox row heard ' || count(*) || ' times', NULL, (SELECT p.k FROM soak_produced p WHERE p.outbox_id = h.outbox_id)
+  FROM soak_heard h GROUP BY h.outbox_id HAVING count(*) > 1;
+INSERT INTO bad
+SELECT 'notification for outbox id ' || h.outbox_id || ', which no NOTIFY publish committed', NULL, NULL
+  FROM soak_heard h
+ WHERE NOT EXISTS (SELECT 1 FROM soak_produced p WHERE p.outbox_id = h.outbox_id AND p.kind = 'outbox_notify');
+INSERT INTO acc
+SELECT 43, 'NOTIFY outbox rows delivered twice, or never committed', count(*)::text, 'must be 0', count(*) = 0
+  FROM bad WHERE what LIKE 'NOTIFY outbox row heard %' OR what LIKE 'notification for outbox id %';
+
 -- ---- attempts -----------------------------------------------------------------------------
 -- Every abandonment, with its cause, the claim of that attempt, and the disorderly fault
 -- (kill -9 of a server process, immediate stop) that overlaps [claim, abandonment], if any.

@@ -161,6 +161,23 @@ _soak_consumer() {
 }
 soak_consumer_pid() { cat "$SOAK_TMP/consumer.pid" 2>/dev/null || true; }
 
+# _soak_listener: a session LISTENing on the outbox's NOTIFY destination, connected again
+# after every fault; psql prints the notifications it got after each statement, so it is
+# sent an empty one every 100 ms, and a last one once the outbox has settled.
+_soak_listener() {
+    while [[ ! -e "$SOAK_TMP/stop.listener" ]]; do
+        {
+            echo "LISTEN soak_outbox;"
+            while [[ ! -e "$SOAK_TMP/stop.listener" ]]; do
+                echo "SELECT 1 WHERE false;"
+                sleep 0.1
+            done
+            echo "SELECT 1 WHERE false;"
+        } | PGAPPNAME=soak_listener psql -XAtq >>"$SOAK_TMP/listener.out" 2>&1 || true
+        sleep 0.3
+    done
+}
+
 # ---- the held snapshot -------------------------------------------------------------------
 # _soak_hold SECS: a REPEATABLE READ transaction holds its snapshot for SECS seconds (taken
 # again if a fault ends its session).
@@ -314,11 +331,11 @@ soak_settle() {
         sleep 0.5
     done
     log "settled in $((SECONDS - deadline + SOAK_SETTLE_SECS)) s (unfinished jobs + PENDING outbox rows left: ${left:-?})"
-    touch "$SOAK_TMP/stop.consumer"
+    touch "$SOAK_TMP/stop.consumer" "$SOAK_TMP/stop.listener"
     local pid
     pid="$(soak_consumer_pid)"
     [[ -n "$pid" ]] && kill -TERM "$pid" 2>/dev/null
-    wait "$SOAK_CONSUMER_LOOP" 2>/dev/null || true
+    wait "$SOAK_CONSUMER_LOOP" "$SOAK_LISTENER_LOOP" 2>/dev/null || true
 }
 
 # ---- accounting --------------------------------------------------------------------------
@@ -346,11 +363,18 @@ _soak_rolled_back() {
          END { print n + 0 }' "$SOAK_TMP/bulk.log"
 }
 
+# _soak_load_heard: the outbox ids in the listener's notifications into soak_heard.
+_soak_load_heard() {
+    grep -oE '"outbox_id": [0-9]+' "$SOAK_TMP/listener.out" 2>/dev/null | grep -oE '[0-9]+$' |
+        psql -XAtq -v ON_ERROR_STOP=1 -c '\copy soak_heard FROM STDIN' >/dev/null
+}
+
 # soak_account: load the faults, compute the table, print it; non-zero on a violated must.
 soak_account() {
     local nbad
     touch "$SOAK_TMP/faults.tsv"
     _soak_load_faults
+    _soak_load_heard
     echo
     echo "==================== soak accounting: $SOAK_SECS s, $(q "SELECT count(*) FROM soak_fault") faults ===================="
     psql -X -q -v ON_ERROR_STOP=1 -v "faults=$SOAK_FAULTS" -v "rolled_back=$(_soak_rolled_back)" \
@@ -395,8 +419,8 @@ soak_account() {
 soak_cleanup() {
     local pid
     [[ -n "${SOAK_TMP:-}" && -d "$SOAK_TMP" ]] || return 0
-    touch "$SOAK_TMP/stop.producers" "$SOAK_TMP/stop.consumer"
-    for pid in "${SOAK_PIDS[@]}" "${SOAK_CONSUMER_LOOP:-}" "$(soak_consumer_pid)"; do
+    touch "$SOAK_TMP/stop.producers" "$SOAK_TMP/stop.consumer" "$SOAK_TMP/stop.listener"
+    for pid in "${SOAK_PIDS[@]}" "${SOAK_CONSUMER_LOOP:-}" "${SOAK_LISTENER_LOOP:-}" "$(soak_consumer_pid)"; do
         [[ -n "$pid" ]] && kill -TERM "$pid" 2>/dev/null
     done
     wait 2>/dev/null
@@ -404,7 +428,7 @@ soak_cleanup() {
         vq_pg_ctl -l "$VQ_CLUSTER_DIR/server.log" -w -t 60 start >/dev/null 2>&1
     fi
     psql -XAtq -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-                    WHERE application_name IN ('soak_holder', 'soak_consumer')" >/dev/null 2>&1
+                    WHERE application_name IN ('soak_holder', 'soak_consumer', 'soak_listener')" >/dev/null 2>&1
     if [[ "${SOAK_KEEP_TMP:-}" == 1 ]]; then
         echo "soak files kept in $SOAK_TMP"
     else
@@ -425,6 +449,8 @@ soak_run() {
     SOAK_END="$(awk -v a="$SOAK_START" -v s="$SOAK_SECS" 'BEGIN { printf "%.3f", a + s }')"
     _soak_consumer 2>>"$SOAK_TMP/consumer.log" &   # (bash reports the kills on stderr)
     SOAK_CONSUMER_LOOP=$!
+    _soak_listener &
+    SOAK_LISTENER_LOOP=$!
     soak_producers_start
     _soak_canceller &
     SOAK_PIDS+=($!)

@@ -25,6 +25,8 @@ CREATE TABLE soak_ledger (
     k     uuid PRIMARY KEY,
     runs  integer NOT NULL
 );
+-- The outbox ids of the NOTIFY outbox rows a listener heard, loaded at the end.
+CREATE TABLE soak_heard (outbox_id bigint NOT NULL);
 -- Faults, loaded from the chaos driver's file at the end: [t0, t1] brackets each.
 CREATE TABLE soak_fault (
     kind    text NOT NULL,
