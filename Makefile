@@ -66,3 +66,11 @@ fuzz:
 .PHONY: soak
 soak:
 	./test/soak/soak.sh
+# vq_job on a pg_auto_failover formation (not part of CI, about 7 minutes): two planned
+# switchovers, two killed primaries, two killed with asynchronous replication, under load
+# (test/failover/failover.sh; the regular suite runs a switchover and a kill,
+# test/scenarios/failover.sh).
+.PHONY: failover
+failover:
+	FO_EVENTS="switchover kill kill_async switchover kill kill_async" FO_LOAD_SECS=20 FO_PRODUCERS=4 \
+		./test/failover/failover.sh

@@ -49,6 +49,7 @@ vq_as_pg() {
 #   postgresql-15-pgtap            pgTAP extension
 #   libtap-parser-sourcehandler-pgtap-perl   pg_prove
 #   nodejs npm python3-psycopg pgbouncer      the client examples (test/scenarios/examples.sh)
+#   postgresql-15-auto-failover   pg_autoctl (test/scenarios/failover.sh)
 # (Debian 12 has no separate postgresql-contrib-15: contrib ships inside
 # postgresql-15.  Installing postgresql-15 may create and start the packaged
 # 15/main cluster on 5432; we never use it.)
@@ -57,6 +58,7 @@ VQ_DEB_PACKAGES=(
     postgresql-15 postgresql-client-15 postgresql-server-dev-15 libpq-dev
     postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl
     nodejs npm python3-psycopg pgbouncer
+    postgresql-15-auto-failover
 )
 vq_deps() {
     if [[ "${VQ_SKIP_DEPS:-}" == 1 ]]; then

@@ -20,7 +20,10 @@
 #     switchover  `pg_autoctl perform switchover`;
 #     kill        SIGKILL of the primary's node: its pg_autoctl processes and its postmaster
 #                 (killing the postmaster alone, its keeper would just restart it); the monitor
-#                 fails over; then the killed node's pg_autoctl is started again.
+#                 fails over; then the killed node's pg_autoctl is started again;
+#     kill_async  the same after the standby has left the write quorum (`pg_autoctl set node
+#                 replication-quorum false`: asynchronous replication) for 1 s of load; the
+#                 quorum is restored once the old primary is back.
 #   After each: the old primary rejoins as a secondary.
 #
 #   Required, each checked:
@@ -29,8 +32,9 @@
 #    - on the new primary a job runs within 5 s of the moment it accepts writes (printed:
 #      from the end of recovery too; pg_auto_failover keeps a promoted node read-only until
 #      the old primary is known to be down: 2 s here, primary_demote_timeout);
-#    - every acknowledged enqueue is on the final primary (synchronous replication); every
-#      job in the ledger completed, with exactly one effect row; no effect of an unknown job;
+#    - every enqueue acknowledged under synchronous replication is on the final primary (those
+#      acknowledged while it was asynchronous may be lost: counted); every job in the ledger
+#      completed, with exactly one effect row; no effect of an unknown job;
 #    - the pinned jobs, RUNNING on the old primary, are rescued and completed on the new one.
 #   Prints the figures per event and in total.
 #
@@ -133,7 +137,7 @@ producer() {
         if out="$(timeout 30 psql "$conn" -XAtq -v ON_ERROR_STOP=1 \
                 -c "INSERT INTO ledger (k, execution_id)
                     VALUES ('$k', vq_enqueue('$handler', '$payload', $run_at))" 2>&1)"; then
-            echo "$k" >>"$FO_DIR/acked.$id"
+            echo "$k $(now_ms)" >>"$FO_DIR/acked.$id"
         else
             printf '%s %s %s\n' "$k" "$(now_ms)" "${out//$'\n'/ }" >>"$FO_DIR/doubt.$id"
             sleep 0.1
@@ -242,7 +246,7 @@ readonly_errors() {
 SUMMARY=()
 
 event() { # NUMBER KIND
-    local no="$1" kind="$2" old new pins t0 t_promoted t_writable t_exec t_run ro_before rescued
+    local no="$1" kind="$2" old new pins t0 t_async t_promoted t_writable t_exec t_run t_rescue ro_before rescued
     old="$(fo_primary)"
     new="$(other "$old")"
     step "event $no: $kind; $old (port ${FO_PORTS[$old]}) is the primary"
@@ -255,24 +259,41 @@ event() { # NUMBER KIND
     fo_on "$new" wait_for "SELECT count(*) = $FO_PINNED FROM vq.job WHERE execution_id IN ($pins) AND state = 'RUNNING'" \
         10 "the $FO_PINNED pinned jobs RUNNING on the standby $new"
     ro_before="$(readonly_errors "$new")"
+    if [[ "$kind" == kill_async ]]; then
+        # the standby leaves the write quorum: the primary's commits stop waiting for it
+        fo_autoctl set node replication-quorum false --pgdata "$FO_DIR/$new" >>"$FO_DIR/set.$no.log" 2>&1 ||
+            { cat "$FO_DIR/set.$no.log" >&2; fail "pg_autoctl set node replication-quorum false failed"; }
+        fo_on "$old" wait_for "SELECT current_setting('synchronous_standby_names') = ''" 30 \
+            "asynchronous replication from $old"
+        t_async="$(now_ms)"
+        sleep 1    # commits acknowledged without the standby
+    fi
 
     t0="$(now_ms)"
     case "$kind" in
         switchover)
             fo_autoctl perform switchover --pgdata "$FO_DIR/$old" >"$FO_DIR/switchover.$no.log" 2>&1 ||
                 { tail -n 20 "$FO_DIR/switchover.$no.log" >&2; fail "pg_autoctl perform switchover failed"; } ;;
-        kill)
+        kill | kill_async)
             fo_kill_node "$old" ;;
         *) fail "unknown event $kind" ;;
     esac
     fo_on "$new" wait_for "SELECT NOT pg_is_in_recovery() AND current_setting('default_transaction_read_only') = 'off'" \
         60 "$new promoted and accepting writes"
     step "$new accepts writes"
-    if [[ "$kind" == kill ]]; then
+    if [[ "$kind" == kill* ]]; then
         fo_start_node "$old"
     fi
     wait_formation "$new" "$old" 120
     step "$old is a secondary of $new"
+    if [[ "$kind" == kill_async ]]; then
+        # acknowledged commits of [t_async, t0] may be lost; the end checks all others
+        echo "$t_async $t0" >>"$FO_DIR/async_windows"
+        fo_autoctl set node replication-quorum true --pgdata "$FO_DIR/$new" >>"$FO_DIR/set.$no.log" 2>&1 ||
+            { cat "$FO_DIR/set.$no.log" >&2; fail "pg_autoctl set node replication-quorum true failed"; }
+        fo_on "$new" wait_for "SELECT current_setting('synchronous_standby_names') <> ''" 30 \
+            "synchronous replication from $new again"
+    fi
 
     # the times, from the samples of the new primary and its effect rows
     t_promoted="$(first_sample "$new" "$t0" promoted)"
@@ -302,8 +323,10 @@ event() { # NUMBER KIND
     rescued="$(fo_on "$new" q "SELECT count(*) FILTER (WHERE kind = 'ABANDONED') || ' abandoned (attempt consumed), ' ||
                                       count(*) FILTER (WHERE kind = 'INTERRUPTED') || ' interrupted'
                                  FROM vq.job_transition WHERE execution_id IN ($pins)")"
+    t_rescue="$(fo_on "$new" q "SELECT (extract(epoch FROM min(at)) * 1000)::bigint FROM vq.job_transition
+                                 WHERE execution_id IN ($pins) AND kind IN ('ABANDONED', 'INTERRUPTED')")"
 
-    SUMMARY+=("event $no $kind $old->$new: promoted $((t_promoted - t0)) ms after the trigger; writable +$((t_writable - t_promoted)) ms; executors up +$((${t_exec:-$t_run} - t_promoted)) ms; first job run +$((t_run - t_promoted)) ms after promotion = $((t_run - t_writable)) ms after writable; pinned $FO_PINNED rescued ($rescued); $(($(readonly_errors "$new") - ro_before)) read-only errors in $new's log; $old back as an idle standby")
+    SUMMARY+=("event $no $kind $old->$new: promoted $((t_promoted - t0)) ms after the trigger; writable +$((t_writable - t_promoted)) ms; executors up +$((${t_exec:-$t_run} - t_promoted)) ms; first job run +$((t_run - t_promoted)) ms after promotion = $((t_run - t_writable)) ms after writable; pinned $FO_PINNED rescued ($rescued) $((t_rescue - t_writable)) ms after writable; $(($(readonly_errors "$new") - ro_before)) read-only errors in $new's log; $old back as an idle standby")
     log "${SUMMARY[-1]}"
 }
 
@@ -324,14 +347,22 @@ done
 primary="$(fo_primary)"
 fo_on "$primary" wait_for "SELECT count(*) = 0 FROM vq.job_active" 60 "every job finished on $primary"
 cat "$FO_DIR"/acked.* >"$FO_DIR/acked.all" 2>/dev/null || :
+touch "$FO_DIR/async_windows"
 cut -d ' ' -f 1 "$FO_DIR"/doubt.* >"$FO_DIR/doubt.all" 2>/dev/null || :
 figures="$(fo_on "$primary" qs <<SQL
-CREATE TEMP TABLE acked (k text);
+CREATE TEMP TABLE acked (k text, at_ms bigint);
 CREATE TEMP TABLE doubt (k text);
-\\copy acked FROM '$FO_DIR/acked.all'
+CREATE TEMP TABLE async_window (from_ms bigint, to_ms bigint);
+\\copy acked FROM '$FO_DIR/acked.all' WITH (DELIMITER ' ')
 \\copy doubt FROM '$FO_DIR/doubt.all'
+\\copy async_window FROM '$FO_DIR/async_windows' WITH (DELIMITER ' ')
+CREATE TEMP VIEW lost AS
+    SELECT a.*, EXISTS (SELECT 1 FROM async_window w WHERE a.at_ms BETWEEN w.from_ms AND w.to_ms) AS async
+      FROM acked a WHERE NOT EXISTS (SELECT 1 FROM ledger l WHERE l.k = a.k);
 SELECT (SELECT count(*) FROM acked),
-       (SELECT count(*) FROM acked a WHERE NOT EXISTS (SELECT 1 FROM ledger l WHERE l.k = a.k)),
+       (SELECT count(*) FROM lost WHERE NOT async),
+       (SELECT count(*) FROM acked a JOIN async_window w ON a.at_ms BETWEEN w.from_ms AND w.to_ms),
+       (SELECT count(*) FROM lost WHERE async),
        (SELECT count(*) FROM doubt),
        (SELECT count(*) FROM doubt d JOIN ledger l USING (k)),
        (SELECT count(*) FROM ledger),
@@ -346,14 +377,15 @@ SELECT (SELECT count(*) FROM acked),
        (SELECT count(*) FROM vq.job WHERE attempt_number > 0);
 SQL
 )"
-IFS='|' read -r n_acked n_lost n_doubt n_doubt_in n_jobs n_completed n_once n_stray n_failed n_abandoned \
+IFS='|' read -r n_acked n_lost n_acked_async n_lost_async n_doubt n_doubt_in n_jobs n_completed n_once n_stray n_failed n_abandoned \
     n_interrupted n_later <<<"$figures"
-totals="$n_acked enqueues acknowledged, $n_lost of them lost; $n_doubt in doubt ($n_doubt_in of them committed);"
+totals="$n_acked enqueues acknowledged, $n_lost of them lost (of the $n_acked_async acknowledged while replication was"
+totals+=" asynchronous, $n_lost_async lost); $n_doubt in doubt ($n_doubt_in of them committed);"
 totals+=" $n_jobs jobs, $n_completed completed, $n_once with exactly one effect, $n_stray stray effects;"
 totals+=" transitions: $n_failed FAILED, $n_abandoned ABANDONED, $n_interrupted INTERRUPTED; $n_later jobs past attempt 0"
 log "totals: $totals"
 ((n_acked > 0)) || fail "no enqueue was acknowledged"
-assert_eq 0 "$n_lost" "acknowledged enqueues missing on the final primary $primary"
+assert_eq 0 "$n_lost" "acknowledged enqueues (under synchronous replication) missing on the final primary $primary"
 assert_eq "$n_jobs" "$n_completed" "jobs completed (of the jobs in the ledger)"
 assert_eq "$n_jobs" "$n_once" "jobs with exactly one effect row"
 assert_eq 0 "$n_stray" "effect rows of jobs not in the ledger"
