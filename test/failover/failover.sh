@@ -124,9 +124,11 @@ sampler() {
     done
 }
 
-# producer ID: enqueue + ledger row per transaction until FO_DIR/stop_producers exists.
+# producer ID: enqueue + ledger row per transaction until FO_DIR/stop_producers exists. An
+# acknowledged key is noted with the times before and after its transaction and the port of
+# the server that acknowledged it.
 producer() {
-    local id="$1" i=0 k handler payload run_at out
+    local id="$1" i=0 k handler payload run_at out t_start
     local conn="host=localhost,localhost port=${FO_PORTS[node1]},${FO_PORTS[node2]} dbname=app
                 user=postgres target_session_attrs=read-write connect_timeout=2"
     while [[ ! -e "$FO_DIR/stop_producers" ]]; do
@@ -134,10 +136,12 @@ producer() {
         k="p$id.$i" handler=fo_fast payload='{}' run_at=NULL
         ((i % 20 == 0)) && handler=fo_slow payload='{"sleep": 1}'
         ((i % 7 == 0)) && run_at="clock_timestamp() + interval '2 s'"
+        t_start="$(now_ms)"
         if out="$(timeout 30 psql "$conn" -XAtq -v ON_ERROR_STOP=1 \
                 -c "INSERT INTO ledger (k, execution_id)
-                    VALUES ('$k', vq_enqueue('$handler', '$payload', $run_at))" 2>&1)"; then
-            echo "$k $(now_ms)" >>"$FO_DIR/acked.$id"
+                    VALUES ('$k', vq_enqueue('$handler', '$payload', $run_at))
+                    RETURNING current_setting('port')" 2>&1)"; then
+            echo "$k $t_start $(now_ms) $out" >>"$FO_DIR/acked.$id"
         else
             printf '%s %s %s\n' "$k" "$(now_ms)" "${out//$'\n'/ }" >>"$FO_DIR/doubt.$id"
             sleep 0.1
@@ -261,11 +265,11 @@ event() { # NUMBER KIND
     ro_before="$(readonly_errors "$new")"
     if [[ "$kind" == kill_async ]]; then
         # the standby leaves the write quorum: the primary's commits stop waiting for it
+        t_async="$(now_ms)"
         fo_autoctl set node replication-quorum false --pgdata "$FO_DIR/$new" >>"$FO_DIR/set.$no.log" 2>&1 ||
             { cat "$FO_DIR/set.$no.log" >&2; fail "pg_autoctl set node replication-quorum false failed"; }
         fo_on "$old" wait_for "SELECT current_setting('synchronous_standby_names') = ''" 30 \
             "asynchronous replication from $old"
-        t_async="$(now_ms)"
         sleep 1    # commits acknowledged without the standby
     fi
 
@@ -287,8 +291,9 @@ event() { # NUMBER KIND
     wait_formation "$new" "$old" 120
     step "$old is a secondary of $new"
     if [[ "$kind" == kill_async ]]; then
-        # acknowledged commits of [t_async, t0] may be lost; the end checks all others
-        echo "$t_async $t0" >>"$FO_DIR/async_windows"
+        # commits acknowledged by the old primary since t_async may be lost; the end checks
+        # all others
+        echo "$t_async $(now_ms) ${FO_PORTS[$old]}" >>"$FO_DIR/async_windows"
         fo_autoctl set node replication-quorum true --pgdata "$FO_DIR/$new" >>"$FO_DIR/set.$no.log" 2>&1 ||
             { cat "$FO_DIR/set.$no.log" >&2; fail "pg_autoctl set node replication-quorum true failed"; }
         fo_on "$new" wait_for "SELECT current_setting('synchronous_standby_names') <> ''" 30 \
@@ -326,6 +331,7 @@ event() { # NUMBER KIND
     t_rescue="$(fo_on "$new" q "SELECT (extract(epoch FROM min(at)) * 1000)::bigint FROM vq.job_transition
                                  WHERE execution_id IN ($pins) AND kind IN ('ABANDONED', 'INTERRUPTED')")"
 
+    echo "$no $kind $old $new t0 $t0 promoted $t_promoted writable $t_writable" >>"$FO_DIR/events"
     SUMMARY+=("event $no $kind $old->$new: promoted $((t_promoted - t0)) ms after the trigger; writable +$((t_writable - t_promoted)) ms; executors up +$((${t_exec:-$t_run} - t_promoted)) ms; first job run +$((t_run - t_promoted)) ms after promotion = $((t_run - t_writable)) ms after writable; pinned $FO_PINNED rescued ($rescued) $((t_rescue - t_writable)) ms after writable; $(($(readonly_errors "$new") - ro_before)) read-only errors in $new's log; $old back as an idle standby")
     log "${SUMMARY[-1]}"
 }
@@ -350,18 +356,22 @@ cat "$FO_DIR"/acked.* >"$FO_DIR/acked.all" 2>/dev/null || :
 touch "$FO_DIR/async_windows"
 cut -d ' ' -f 1 "$FO_DIR"/doubt.* >"$FO_DIR/doubt.all" 2>/dev/null || :
 figures="$(fo_on "$primary" qs <<SQL
-CREATE TEMP TABLE acked (k text, at_ms bigint);
+CREATE TEMP TABLE acked (k text, start_ms bigint, end_ms bigint, port int);
 CREATE TEMP TABLE doubt (k text);
-CREATE TEMP TABLE async_window (from_ms bigint, to_ms bigint);
+CREATE TEMP TABLE async_window (from_ms bigint, to_ms bigint, port int);
 \\copy acked FROM '$FO_DIR/acked.all' WITH (DELIMITER ' ')
 \\copy doubt FROM '$FO_DIR/doubt.all'
 \\copy async_window FROM '$FO_DIR/async_windows' WITH (DELIMITER ' ')
+CREATE TEMP VIEW acked_async AS
+    SELECT a.* FROM acked a
+     WHERE EXISTS (SELECT 1 FROM async_window w
+                    WHERE a.port = w.port AND a.start_ms <= w.to_ms AND a.end_ms >= w.from_ms);
 CREATE TEMP VIEW lost AS
-    SELECT a.*, EXISTS (SELECT 1 FROM async_window w WHERE a.at_ms BETWEEN w.from_ms AND w.to_ms) AS async
+    SELECT a.*, a.k IN (SELECT k FROM acked_async) AS async
       FROM acked a WHERE NOT EXISTS (SELECT 1 FROM ledger l WHERE l.k = a.k);
 SELECT (SELECT count(*) FROM acked),
        (SELECT count(*) FROM lost WHERE NOT async),
-       (SELECT count(*) FROM acked a JOIN async_window w ON a.at_ms BETWEEN w.from_ms AND w.to_ms),
+       (SELECT count(*) FROM acked_async),
        (SELECT count(*) FROM lost WHERE async),
        (SELECT count(*) FROM doubt),
        (SELECT count(*) FROM doubt d JOIN ledger l USING (k)),
@@ -375,15 +385,22 @@ SELECT (SELECT count(*) FROM acked),
        (SELECT count(*) FROM vq.job_transition WHERE kind = 'ABANDONED'),
        (SELECT count(*) FROM vq.job_transition WHERE kind = 'INTERRUPTED'),
        (SELECT count(*) FROM vq.job WHERE attempt_number > 0);
+SELECT 'lost: ' || k || ', acknowledged by port ' || port || ' between ' || start_ms || ' and ' || end_ms
+       || CASE WHEN async THEN ' (asynchronous)' ELSE '' END
+  FROM lost ORDER BY start_ms LIMIT 20;
 SQL
 )"
+grep '^lost: ' <<<"$figures" || true
+figures="$(head -n 1 <<<"$figures")"
 IFS='|' read -r n_acked n_lost n_acked_async n_lost_async n_doubt n_doubt_in n_jobs n_completed n_once n_stray n_failed n_abandoned \
     n_interrupted n_later <<<"$figures"
-totals="$n_acked enqueues acknowledged, $n_lost of them lost (of the $n_acked_async acknowledged while replication was"
-totals+=" asynchronous, $n_lost_async lost); $n_doubt in doubt ($n_doubt_in of them committed);"
+totals="$n_acked enqueues acknowledged, $n_lost of them lost (of the $n_acked_async acknowledged by a primary while its"
+totals+=" replication was asynchronous, until it was a standby again: $n_lost_async lost); $n_doubt in doubt"
+totals+=" ($n_doubt_in of them committed);"
 totals+=" $n_jobs jobs, $n_completed completed, $n_once with exactly one effect, $n_stray stray effects;"
 totals+=" transitions: $n_failed FAILED, $n_abandoned ABANDONED, $n_interrupted INTERRUPTED; $n_later jobs past attempt 0"
 log "totals: $totals"
+((n_lost == 0)) || sed 's/^/   event /' "$FO_DIR/events"
 ((n_acked > 0)) || fail "no enqueue was acknowledged"
 assert_eq 0 "$n_lost" "acknowledged enqueues (under synchronous replication) missing on the final primary $primary"
 assert_eq "$n_jobs" "$n_completed" "jobs completed (of the jobs in the ledger)"
