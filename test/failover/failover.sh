@@ -71,8 +71,13 @@ on_exit() {
     stop_background
     fo_stop_all
     if ((rc != 0)) && [[ -n "$FO_DIR" ]]; then
-        local f
-        for f in "$FO_DIR"/node1.log "$FO_DIR"/node2.log "$FO_DIR"/monitor.log; do
+        local f n logs=() files=()
+        # pg_autoctl's logs, then each server's own (startup, and the last file of its log dir)
+        for n in node1 node2 monitor; do
+            logs=("$FO_DIR/$n"/log/*.log)
+            files+=("$FO_DIR/$n.log" "$FO_DIR/$n/startup.log" "${logs[-1]}")
+        done
+        for f in "${files[@]}"; do
             [[ -s "$f" ]] || continue
             echo "----- last lines of $f -----" >&2
             tail -n 15 "$f" >&2
@@ -91,8 +96,8 @@ stop_background() {
     local pid
     [[ -n "$FO_DIR" ]] && touch "$FO_DIR/stop"
     for pid in "${BG_PIDS[@]}"; do
-        pkill -TERM -P "$pid" 2>/dev/null || true
-        kill -TERM "$pid" 2>/dev/null || true
+        # shellcheck disable=SC2046  # one pid per word
+        kill -TERM $(fo_pids ppid "$pid") "$pid" 2>/dev/null || true
     done
     for pid in "${BG_PIDS[@]}"; do
         wait "$pid" 2>/dev/null || true

@@ -21,6 +21,8 @@
 #   fo_wait_states WANT SECS    wait until fo_states prints WANT
 #   fo_primary                  the name of the node the monitor has as primary
 #   fo_autoctl ARGS...          pg_autoctl as the postgres user, in the formation's environment
+#   fo_pids ppid|pgrp ID        the processes whose parent / process group is ID (from /proc:
+#                               procps, which has pgrep, is not always installed)
 
 FO_DIR="" FO_MONITOR_PORT="" FO_URI=""
 FO_ENV=()                    # the postgres user's environment for pg_autoctl (set by fo_init)
@@ -79,8 +81,25 @@ fo_spawn() {
     disown "$!"    # watched through its pids; no job report when it is killed
 }
 
+# fo_initdb NAME: a data directory for the monitor or the first node, with the settings that
+# pg_autoctl does not choose (it keeps its own in an include at the top of postgresql.conf, so
+# the lines appended here win): its socket in FO_DIR/sock, and 128MB of shared buffers instead
+# of a quarter of the machine's memory.
+fo_initdb() {
+    local data="$FO_DIR/$1"
+    vq_as_pg "$VQ_PG_BIN/initdb" -D "$data" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 \
+        >"$FO_DIR/initdb.$1.log" 2>&1 || { cat "$FO_DIR/initdb.$1.log" >&2; fail "initdb of $1 failed"; }
+    cat >>"$data/postgresql.conf" <<CONF
+# ---- test/failover ----
+unix_socket_directories = '$FO_DIR/sock'
+shared_buffers = 128MB
+log_line_prefix = '%m [%p] '
+CONF
+}
+
 fo_start_monitor() {
     vq_log "failover: monitor on port $FO_MONITOR_PORT ($FO_DIR/monitor.log)"
+    fo_initdb monitor
     fo_spawn monitor create monitor --pgdata "$FO_DIR/monitor" --pgport "$FO_MONITOR_PORT" \
         --hostname localhost --auth trust --no-ssl --run
     PGHOST=localhost PGPORT="$FO_MONITOR_PORT" PGDATABASE=pg_auto_failover \
@@ -101,9 +120,8 @@ SELECT pg_reload_conf();
 SQL
 }
 
-# fo_start_node NAME: the first node is initdb'd here with vq_job preloaded (its
-# postgresql.conf is copied by the base backup of the other); pg_autoctl keeps its own
-# settings in an include at the top of postgresql.conf, so the lines appended here win.
+# fo_start_node NAME: the first node is initdb'd here, with vq_job preloaded (its
+# postgresql.conf is copied by the base backup of the other).
 fo_start_node() {
     local name="$1" data="$FO_DIR/$1" port="${FO_PORTS[$1]}"
     if [[ -f "$data/PG_VERSION" && -f "$FO_DIR/$name.created" ]]; then
@@ -112,16 +130,11 @@ fo_start_node() {
         return 0
     fi
     if [[ "$name" == node1 ]]; then
-        vq_as_pg "$VQ_PG_BIN/initdb" -D "$data" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 \
-            >"$FO_DIR/initdb.log" 2>&1 || { cat "$FO_DIR/initdb.log" >&2; fail "initdb failed"; }
+        fo_initdb node1
         cat >>"$data/postgresql.conf" <<CONF
-# ---- test/failover ----
 shared_preload_libraries = 'vq_job'
-unix_socket_directories = '$FO_DIR/sock'
-shared_buffers = 128MB
 max_worker_processes = 32
 wal_keep_size = 256MB
-log_line_prefix = '%m [%p] '
 CONF
     fi
     vq_log "failover: $name on port $port ($FO_DIR/$name.log)"
@@ -131,12 +144,25 @@ CONF
     touch "$FO_DIR/$name.created"
 }
 
+fo_pids() {
+    local field="$1" id="$2" f stat rest ppid pgrp
+    for f in /proc/[0-9]*/stat; do
+        { read -r stat <"$f"; } 2>/dev/null || continue
+        rest="${stat##*) }"          # after the command name: state ppid pgrp ...
+        read -r _ ppid pgrp _ <<<"$rest"
+        if [[ "$field" == ppid && "$ppid" == "$id" || "$field" == pgrp && "$pgrp" == "$id" ]]; then
+            f="${f#/proc/}"
+            echo "${f%/stat}"
+        fi
+    done
+}
+
 # fo_node_pids NAME: the pids of the node's process group and of its postmaster.
 fo_node_pids() {
     local pgid pid
     pgid="$(cat "$FO_DIR/$1.pgid" 2>/dev/null || true)"
     if [[ "$pgid" =~ ^[0-9]+$ ]]; then
-        pgrep -g "$pgid" || true
+        fo_pids pgrp "$pgid"
     fi
     pid="$(head -n 1 "$FO_DIR/$1/postmaster.pid" 2>/dev/null || true)"
     [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null && echo "$pid"
