@@ -66,7 +66,7 @@ fuzz:
 .PHONY: soak
 soak:
 	./test/soak/soak.sh
-# vq_job on a pg_auto_failover formation (not part of CI, about 7 minutes): two planned
+# vq_job on a pg_auto_failover formation (not part of CI, about 5 minutes): two planned
 # switchovers, two killed primaries, two killed with asynchronous replication, under load
 # (test/failover/failover.sh; the regular suite runs a switchover and a kill,
 # test/scenarios/failover.sh).
