@@ -7,8 +7,8 @@
 #   (FO_PRODUCERS bash loops, one psql per transaction) connect with
 #   `host=localhost,localhost port=P1,P2 target_session_attrs=read-write`, and in one
 #   transaction enqueue a job and insert a ledger row naming it; a producer notes the keys
-#   whose COMMIT returned (acknowledged) and those whose outcome it could not know (in doubt:
-#   the connection broke). The handler (PL/pgSQL) inserts an effect row keyed by
+#   whose COMMIT returned (acknowledged) and the others (no writable server, or the connection
+#   broke: such a transaction may have committed all the same). The handler (PL/pgSQL) inserts an effect row keyed by
 #   (execution_id, attempt) with the port of the server that ran it. Most jobs are fast (run
 #   inline), some take 1 s (claimed visibly, committed RUNNING first), some are due 2 s later.
 #   A sampler per node records every 50 ms: in recovery?, default_transaction_read_only,
@@ -400,8 +400,8 @@ figures="$(head -n 1 <<<"$figures")"
 IFS='|' read -r n_acked n_lost n_acked_async n_lost_async n_doubt n_doubt_in n_jobs n_completed n_once n_stray n_failed n_abandoned \
     n_interrupted n_later <<<"$figures"
 totals="$n_acked enqueues acknowledged, $n_lost of them lost (of the $n_acked_async acknowledged by a primary while its"
-totals+=" replication was asynchronous, until it was a standby again: $n_lost_async lost); $n_doubt in doubt"
-totals+=" ($n_doubt_in of them committed);"
+totals+=" replication was asynchronous, until it was a standby again: $n_lost_async lost); $n_doubt not"
+totals+=" acknowledged ($n_doubt_in of them committed all the same);"
 totals+=" $n_jobs jobs, $n_completed completed, $n_once with exactly one effect, $n_stray stray effects;"
 totals+=" transitions: $n_failed FAILED, $n_abandoned ABANDONED, $n_interrupted INTERRUPTED; $n_later jobs past attempt 0"
 log "totals: $totals"
