@@ -36,6 +36,7 @@
 #include "commands/async.h"
 #include "executor/spi.h"
 #include "funcapi.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/interrupt.h"
@@ -361,13 +362,15 @@ static void
 ShowJobIdentity(VqJob *job)
 {
 	char	   *uuid = DatumGetCString(DirectFunctionCall1(uuid_out, UUIDPGetDatum(&job->execution_id)));
+	char	   *name = psprintf("vq_job executor %d: %s/%d %s", VqMyExecutorIndex, uuid,
+								job->attempt_number, job->handler);
 
 	pgstat_report_activity(STATE_RUNNING,
 						   psprintf("vq_job: handler %s, execution %s, attempt %d",
 									job->handler, uuid, job->attempt_number));
-	(void) set_config_option("application_name",
-							 psprintf("vq_job executor %d: %s/%d %s", VqMyExecutorIndex, uuid,
-									  job->attempt_number, job->handler),
+	/* cut here: a longer value makes PostgreSQL log a NOTICE for every job */
+	name[pg_mbcliplen(name, strlen(name), NAMEDATALEN - 1)] = '\0';
+	(void) set_config_option("application_name", name,
 							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 }
 

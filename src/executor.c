@@ -604,6 +604,13 @@ PollCycle(void)
 	int			slow_left = 0;
 
 	MemoryContextReset(cycle_context);
+	if (DefaultXactReadOnly)
+	{
+		/* every write would fail; the launcher starts executors again when it is turned off */
+		ereport(LOG,
+				(errmsg("vq_job executor %d: default_transaction_read_only is on; exiting", VqMyExecutorIndex)));
+		proc_exit(0);
+	}
 	Housekeeping(now);
 
 	VqBeginTransaction();

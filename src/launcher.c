@@ -660,8 +660,12 @@ vq_launcher_main(Datum arg)
 
 	while (!ShutdownRequestPending)
 	{
-		/* a hot standby runs no jobs; look again after promotion */
-		long		timeout = RecoveryInProgress() ? 1000 : ServeDatabases();
+		/*
+		 * A hot standby runs no jobs; nor does a server whose transactions
+		 * are read-only by default (a promoted node an HA tool keeps fenced
+		 * until the old primary is known down): look again every second.
+		 */
+		long		timeout = RecoveryInProgress() || DefaultXactReadOnly ? 1000 : ServeDatabases();
 
 		pgstat_report_stat(false);
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
