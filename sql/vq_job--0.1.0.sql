@@ -108,7 +108,8 @@ CREATE TABLE vq.job (
     last_error          text,
     progress_total      bigint,
     progress_succeeded  bigint,
-    progress_failed     bigint
+    progress_failed     bigint,
+    worker_timeline     integer         -- with worker_pid: the server's timeline when the executor claimed it
 ) PARTITION BY LIST (state);
 
 -- The hot partition: every job is inserted here and leaves when it ends, so its live rows are

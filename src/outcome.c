@@ -17,6 +17,7 @@
  */
 #include "postgres.h"
 
+#include "access/xlog.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
@@ -252,7 +253,7 @@ VqPersistFailure(VqJob *job, VqOutcome *outcome, VqQueue *queue, TimestampTz now
 							 "WITH j AS ("
 							 " UPDATE vq.job_active j SET state = 'ENQUEUED', attempt_number = $3,"
 							 "  scheduled_at = coalesce($4, j.scheduled_at), last_error = $5, updated_at = $7,"
-							 "  worker_pid = NULL, worker_started_at = NULL, consumer_claimed_at = NULL"
+							 "  worker_pid = NULL, worker_started_at = NULL, worker_timeline = NULL, consumer_claimed_at = NULL"
 							 FAILURE_GUARD " RETURNING j.execution_id)"
 							 FAILURE_TRANSITION,
 							 11, failure_types),
@@ -292,24 +293,25 @@ VqPersistCancelled(VqJob *job, VqOutcome *outcome, TimestampTz now)
 void
 VqPersistRunning(VqJob *job, bool external, TimestampTz now)
 {
-	Datum		values[4];
-	char		nulls[4] = {' ', ' ', ' ', ' '};
+	Datum		values[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
 
 	values[0] = UUIDPGetDatum(&job->execution_id);
 	values[1] = TimestampTzGetDatum(now);
 	values[2] = Int32GetDatum(VqMyExecutorSlot->pid);
 	values[3] = TimestampTzGetDatum(VqMyExecutorSlot->started_at);
+	values[4] = Int32GetDatum((int32) GetWALInsertionTimeLine());
 	if (external)
-		nulls[2] = nulls[3] = 'n';
+		nulls[2] = nulls[3] = nulls[4] = 'n';
 
 	Write(VqKeepPlan(&running_plan,
 			   "WITH j AS ("
 			   " UPDATE vq.job_active SET state = 'RUNNING', started_at = $2, updated_at = $2,"
-			   "  worker_pid = $3, worker_started_at = $4"
+			   "  worker_pid = $3, worker_started_at = $4, worker_timeline = $5"
 			   " WHERE execution_id OPERATOR(pg_catalog.=) $1 RETURNING execution_id, attempt_number)"
 			   " INSERT INTO vq.job_transition_data (execution_id, attempt_number, kind, from_state, to_state, at)"
 			   " SELECT execution_id, attempt_number, 'CLAIMED', 'ENQUEUED', 'RUNNING', $2 FROM j",
-			   4, (Oid[]) {UUIDOID, TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID}),
+			   5, (Oid[]) {UUIDOID, TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID, INT4OID}),
 		  values, nulls);
 	job->running = true;
 }
@@ -339,6 +341,7 @@ typedef struct RunningJob
 	bool		external;		/* a NOTIFY job: no worker_pid */
 	int			worker_pid;
 	TimestampTz worker_started_at;
+	int32		worker_timeline;	/* 0: not known */
 } RunningJob;
 
 /* The RUNNING jobs that may be orphans: run by an executor, or announced longer ago than the timeout. */
@@ -353,7 +356,7 @@ ReadRescueCandidates(TimestampTz now)
 									: DT_NOBEGIN);
 	if (SPI_execute_plan(VqKeepPlan(&orphans_plan,
 							  "SELECT execution_id, attempt_number, max_attempts, queue, worker_pid,"
-							  " worker_started_at, updated_at, priority, scheduled_at"
+							  " worker_started_at, updated_at, priority, scheduled_at, worker_timeline"
 							  " FROM vq.job_active"
 							  " WHERE state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state"
 							  " AND (worker_pid IS NOT NULL OR consumer_claimed_at OPERATOR(pg_catalog.<) $1)",
@@ -378,6 +381,9 @@ ReadRescueCandidates(TimestampTz now)
 		r->job.scheduled_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 9, &isnull));
 		r->worker_pid = r->external ? 0 : DatumGetInt32(pid);
 		r->worker_started_at = r->external ? 0 : DatumGetTimestampTz(SPI_getbinval(tup, desc, 6, &isnull));
+		r->worker_timeline = DatumGetInt32(SPI_getbinval(tup, desc, 10, &isnull));
+		if (isnull)
+			r->worker_timeline = 0;
 		jobs = lappend(jobs, r);
 	}
 	return jobs;
@@ -390,11 +396,17 @@ ReadRescueCandidates(TimestampTz now)
  * of its processes are alive, so no heartbeat is needed. The candidates are
  * read without locks and only the orphans are written, each only if its row
  * has not changed since (a live job's row is never locked here, so its own
- * executor never waits for the rescue). Returns the number of jobs abandoned.
+ * executor never waits for the rescue). A job claimed on an earlier timeline
+ * ran on the primary this server was promoted to replace: it is INTERRUPTED
+ * (no attempt consumed), as an orderly stop would have left it; a job whose
+ * executor died on this timeline (kill -9, a crash, an immediate stop) is
+ * ABANDONED and costs an attempt (the poison-pill guard). Returns the number
+ * of jobs rescued.
  */
 int
 VqRescueOrphans(VqRegistry *registry, TimestampTz now)
 {
+	TimeLineID	timeline = GetWALInsertionTimeLine();
 	int			abandoned = 0;
 	ListCell   *lc;
 
@@ -407,9 +419,17 @@ VqRescueOrphans(VqRegistry *registry, TimestampTz now)
 			continue;
 		memset(&outcome, 0, sizeof(outcome));
 		outcome.kind = VQ_OUTCOME_ABANDONED;
-		outcome.error = r->external
-			? psprintf("no reply within %d ms", vq_execution_timeout_ms)
-			: psprintf("executor process %d stopped while the job was running", r->worker_pid);
+		if (r->external)
+			outcome.error = psprintf("no reply within %d ms", vq_execution_timeout_ms);
+		else if (r->worker_timeline > 0 && r->worker_timeline < (int32) timeline)
+		{
+			/* it ran on the primary this server replaced: a failover, not the job's doing */
+			outcome.kind = VQ_OUTCOME_INTERRUPTED;
+			outcome.error = psprintf("interrupted by a failover: executor process %d ran it on timeline %d, before this server's promotion (timeline %u); the attempt does not count",
+									 r->worker_pid, r->worker_timeline, timeline);
+		}
+		else
+			outcome.error = psprintf("executor process %d stopped while the job was running", r->worker_pid);
 		if (VqPersistFailure(&r->job, &outcome, VqLookupQueue(registry, r->job.queue), now))
 			abandoned++;
 	}

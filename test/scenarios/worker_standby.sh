@@ -11,7 +11,7 @@
 #      replicated (the primary never runs them); the standby is promoted, the queue is
 #      resumed there; its executors appear and run every job once, within a bound; the
 #      effects exist on the promoted server only. Timings are printed;
-#    - a job the primary was running at promotion time is an orphan there: ABANDONED and run
+#    - a job the primary was running at promotion time is an orphan there: INTERRUPTED (claimed on the earlier timeline; no attempt consumed) and run
 #      again on the promoted server (the old primary, still up, completes its own copy).
 #   The primary keeps running throughout; its pg_hba.conf is restored if it was changed.
 # shellcheck disable=SC2119  # qs reads its script from stdin, not from arguments
@@ -231,16 +231,20 @@ assert_eq 0 "$(q "SELECT count(*) FROM effects WHERE execution_id IN ($held)")" 
 assert_eq "$N" "$(q "SELECT count(*) FROM vq.job WHERE queue = '$HELD_QUEUE' AND state = 'ENQUEUED'")" \
     "held jobs still ENQUEUED (paused) on the primary"
 
-# The job the old primary was running is an orphan on the promoted server: abandoned (one
-# ABANDONED transition, RUNNING -> ENQUEUED, attempt 1) and run again there.
+# The job the old primary was running is an orphan on the promoted server: claimed on the
+# earlier timeline, so INTERRUPTED (RUNNING -> ENQUEUED, the attempt not consumed: a failover is
+# not the job's doing) and run again there, still at attempt 0.
 sb wait_for "SELECT state = 'COMPLETED' FROM vq.job WHERE execution_id = '$S'" 10 \
     "the job left RUNNING by the old primary rescued and completed on the promoted server"
 t_slow="$(now_ms)"
-assert_eq "attempt 1, 1 ABANDONED RUNNING->ENQUEUED (attempt 0), 1 COMPLETED, 1 effect by port $SB_PORT" \
+assert_eq "attempt 0, 1 INTERRUPTED RUNNING->ENQUEUED (attempt 0), 0 ABANDONED, 1 COMPLETED, 1 effect by port $SB_PORT" \
     "$(sb q "SELECT 'attempt ' || j.attempt_number
                     || ', ' || (SELECT count(*) FROM vq.job_transition t WHERE t.execution_id = j.execution_id
-                                   AND kind = 'ABANDONED' AND from_state = 'RUNNING' AND to_state = 'ENQUEUED'
-                                   AND t.attempt_number = 0) || ' ABANDONED RUNNING->ENQUEUED (attempt 0)'
+                                   AND kind = 'INTERRUPTED' AND from_state = 'RUNNING' AND to_state = 'ENQUEUED'
+                                   AND t.attempt_number = 0
+                                   AND t.error ~ '^interrupted by a failover') || ' INTERRUPTED RUNNING->ENQUEUED (attempt 0)'
+                    || ', ' || (SELECT count(*) FROM vq.job_transition t WHERE t.execution_id = j.execution_id
+                                   AND kind = 'ABANDONED') || ' ABANDONED'
                     || ', ' || (SELECT count(*) FROM vq.job_transition t WHERE t.execution_id = j.execution_id
                                    AND kind = 'COMPLETED') || ' COMPLETED'
                     || ', ' || (SELECT count(*) FROM effects e WHERE e.execution_id = j.execution_id
