@@ -18,23 +18,30 @@ cmp_lat3() {  # cmp_lat3 SYSTEM TAG KIND: "p50 / p95 / p99"
         printf f " / " f " / " f "\n", a, b, c }'
 }
 
-# cmp_row LABEL BETTER KEY... : one table row. The cells of vq, graphile and pg-boss are
-# "value" (or given as CELL_<sys>); the leader among them (BETTER: max or min of SCORE_<sys>) is bold.
+# cmp_row LABEL BETTER: one table row from CELL[sys] (the text) and SCORE[sys] (the number
+# compared) of vq, graphile, pgboss (and CELL[sql]); the best score among the systems that ran
+# (BETTER: max or min) is bold, ties included.
 cmp_row() {
-    local label="$1" better="$2" s best="" lead="" cells=() score
+    local label="$1" better="$2" s best="" cells=() score verdict="-" ran=()
     for s in vq graphile pgboss; do
         score="${SCORE[$s]:--}"
         [[ "$score" == - || " $CMP_SYSTEMS " != *" $s "* ]] && continue
+        ran+=("$s")
         if [[ -z "$best" ]] || { [[ "$better" == max ]] && ge "$score" "$best"; } ||
                                { [[ "$better" == min ]] && le "$score" "$best"; }; then
-            best="$score"; lead="$s"
+            best="$score"
         fi
     done
     for s in vq graphile pgboss; do
-        if [[ "$s" == "$lead" ]]; then cells+=("**${CELL[$s]:--}**"); else cells+=("${CELL[$s]:--}"); fi
+        if [[ " ${ran[*]-} " == *" $s "* ]] && le "${SCORE[$s]}" "$best" && ge "${SCORE[$s]}" "$best"; then
+            cells+=("**${CELL[$s]:--}**")
+            [[ "$s" == vq ]] && verdict=yes
+        else
+            cells+=("${CELL[$s]:--}")
+            [[ "$s" == vq && " ${ran[*]-} " == *" vq "* ]] && verdict=no
+        fi
     done
-    local verdict="-"
-    [[ -n "$lead" && " $CMP_SYSTEMS " == *" vq "* ]] && { if [[ "$lead" == vq ]]; then verdict=yes; else verdict=no; fi; }
+    ((${#ran[@]} > 1)) || verdict="-"
     printf '| %s | %s | %s | %s | %s | %s |\n' "$label" "${cells[0]}" "${cells[1]}" "${cells[2]}" "${CELL[sql]:--}" "$verdict"
 }
 
@@ -82,11 +89,11 @@ cmp_table() {
     CELL=(); SCORE=()
     for s in vq graphile pgboss; do
         SCORE[$s]="$(cmp_v "$s" steady_p99_max)"
-        CELL[$s]="$(cmp_v "$s" steady_p50_max) / $(cmp_v "$s" steady_p99_max) (enqueued $(cmp_thousands "$(cmp_v "$s" steady_offered)") jobs/s)"
+        CELL[$s]="$(fmt "$(cmp_v "$s" steady_p50_max)" 0) / $(fmt "$(cmp_v "$s" steady_p99_max)" 0) ($(cmp_thousands "$(cmp_v "$s" steady_offered)") jobs/s enqueued)"
         [[ "${SCORE[$s]}" == - ]] && CELL[$s]="-"
     done
     [[ "$(cmp_v vq-defaults steady_p99_max)" == - ]] ||
-        CELL[vq]+=" (queue max_concurrent_jobs 100; as shipped, 5: $(cmp_v vq-defaults steady_p50_max) / $(cmp_v vq-defaults steady_p99_max), enqueued $(cmp_thousands "$(cmp_v vq-defaults steady_offered)") jobs/s)"
+        CELL[vq]+="; queue max_concurrent_jobs 100 (as shipped, 5: $(cmp_thousands "$(cmp_v vq-defaults steady_p50_max)") / $(cmp_thousands "$(cmp_v vq-defaults steady_p99_max)"))"
     cmp_row "steady load, $(cmp_thousands $((CMP_STEADY_RATE * CMP_STEADY_PER_TXN))) jobs/s offered for $CMP_STEADY_SECS s, held REPEATABLE READ snapshot: worst ${CMP_STEADY_WINDOW}-s window start latency p50 / p99 (ms)" min
     CELL=(); SCORE=()
     for s in vq graphile pgboss; do SCORE[$s]="$(cmp_v "$s" steady_backlog_max)"; CELL[$s]="$(cmp_thousands "${SCORE[$s]}")"; done
@@ -169,6 +176,7 @@ cmp_plots() {
 set terminal pngcairo noenhanced size 900,500 font "sans,10"
 set style data histograms
 set style histogram clustered gap 1
+set bmargin 5
 set style fill solid 0.85 border -1
 set key top right
 set grid ytics

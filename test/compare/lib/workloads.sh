@@ -265,7 +265,8 @@ cmp_steady() {
     : >"$backlog"
     if [[ "$s" != vq ]]; then
         setting="$(cmp_lookup "$s" drain_setting)"
-        cmp_node worker "$s" "$setting" "$jobs" >"$dir/$name.steady.worker.log" 2>&1 &
+        # node itself in the background (not a function's subshell), so that its pid is node's.
+        node "$CMP_DIR/driver.js" worker "$s" "$setting" "$jobs" >"$dir/$name.steady.worker.log" 2>&1 &
         worker_pid=$!
         CMP_BG_PIDS+=("$worker_pid")
         local deadline=$((SECONDS + 30))
@@ -284,7 +285,7 @@ cmp_steady() {
     sampler_pid=$!
     CMP_BG_PIDS+=("$sampler_pid")
     t0="$(cmp_now_ms)"
-    tps="$(cmp_pgbench "$name.steady" "$(cmp_node load-sql "$s" "$CMP_STEADY_PER_TXN")" -c "$CMP_STEADY_CLIENTS" -j 2 \
+    tps="$(cmp_pgbench "steady${2:+-$2}" "$(cmp_node load-sql "$s" "$CMP_STEADY_PER_TXN")" -c "$CMP_STEADY_CLIENTS" -j 2 \
            -R "$CMP_STEADY_RATE" -T "$CMP_STEADY_SECS")"
     sleep 1   # the last window's jobs start
     kill "$sampler_pid" 2>/dev/null; wait "$sampler_pid" 2>/dev/null || true
