@@ -136,7 +136,13 @@ cmp_machine() {
     echo "$(nproc) CPUs ($cpu), $mem RAM, $(uname -sr)"
 }
 
-cmp_label() { if [[ "$1" == vq-defaults ]]; then echo "vq_job (queue as shipped)"; else echo "${CMP_NAMES[$1]}"; fi; }
+cmp_label() {
+    case "$1" in
+        vq-defaults) echo "vq_job (queue as shipped)" ;;
+        vq) echo "vq_job (max_concurrent_jobs 100)" ;;
+        *) echo "${CMP_NAMES[$1]}" ;;
+    esac
+}
 
 cmp_plots() {
     local dir="$1" s
