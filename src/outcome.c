@@ -354,7 +354,8 @@ ReadRescueCandidates(TimestampTz now)
 	values[0] = TimestampTzGetDatum(vq_execution_timeout_ms > 0
 									? TimestampTzPlusMilliseconds(now, -(int64) vq_execution_timeout_ms)
 									: DT_NOBEGIN);
-	if (SPI_execute_plan(VqKeepPlan(&orphans_plan,
+	/* (a custom plan, for the reason given at VqExternalInFlight) */
+	if (SPI_execute_plan(VqKeepCustomPlan(&orphans_plan,
 							  "SELECT execution_id, attempt_number, max_attempts, queue, worker_pid,"
 							  " worker_started_at, updated_at, priority, scheduled_at, worker_timeline"
 							  " FROM vq.job_active"
@@ -507,7 +508,14 @@ VqExternalInFlight(VqQueue *queue, TimestampTz now)
 
 	values[0] = queue->name_datum;
 	values[1] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now, -(int64) vq_notify_take_timeout_ms));
-	if (SPI_execute_plan(VqKeepPlan(&inflight_plan,
+	/*
+	 * Planned at each call (a custom plan): a generic plan made while
+	 * vq.job_active was empty (after a VACUUM or ANALYZE of it) is a
+	 * sequential scan, which every claim would then pay over the whole due
+	 * backlog; planned with the table's current size, it is a scan of
+	 * job_running_idx (worker_pid IS NULL: only the NOTIFY jobs in flight).
+	 */
+	if (SPI_execute_plan(VqKeepCustomPlan(&inflight_plan,
 								  "SELECT pg_catalog.count(*)::pg_catalog.int4 FROM vq.job_active"
 								  " WHERE state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state AND worker_pid IS NULL"
 								  " AND queue OPERATOR(pg_catalog.=) $1"
