@@ -87,6 +87,13 @@ PGDLLEXPORT void vq_executor_main(Datum arg);
 
 /* How often an executor looks for jobs of dead executors. */
 #define RESCUE_INTERVAL_MS 1000
+/*
+ * How often executor 0 makes the database's claim positions start over: a
+ * safety net, as the relay's periodic full scan is, so that a job whose
+ * return behind a position was missed (it should never be) waits a minute at
+ * most, never until a restart.
+ */
+#define POSITIONS_REFRESH_MS 60000
 /* How often executor 0 deletes expired finished jobs. */
 #define RETENTION_INTERVAL_MS 1000
 /* How often an executor makes sure the extension still exists (DROP EXTENSION also tells it). */
@@ -109,6 +116,7 @@ static MemoryContext cycle_context = NULL;
 
 /* housekeeping schedule */
 static TimestampTz last_rescue = 0;
+static TimestampTz last_positions_refresh = 0;
 static TimestampTz last_retention = 0;
 static TimestampTz last_progress_flush = 0;
 static TimestampTz last_extension_check = 0;
@@ -367,6 +375,13 @@ Housekeeping(TimestampTz now)
 		TimestampDifferenceExceeds(last_progress_flush, now, vq_progress_flush_interval_ms);
 	bool		reserved = false;
 
+	if (VqMyExecutorIndex == 0 && TimestampDifferenceExceeds(last_positions_refresh, now, POSITIONS_REFRESH_MS))
+	{
+		LWLockAcquire(VqMyDatabaseSlot->lock, LW_EXCLUSIVE);
+		VqClaimPositionsForget(VqMyDatabaseSlot);
+		LWLockRelease(VqMyDatabaseSlot->lock);
+		last_positions_refresh = now;
+	}
 	if (!check && !rescue && !flush)
 		return;
 	VqBeginTransaction();
