@@ -58,6 +58,18 @@ restart_immediate() {
     PM_START="$(q "SELECT extract(epoch FROM pg_postmaster_start_time())")"
 }
 
+# report_stop_victim: what is known of STOP_VICTIM, for a failed wait.
+report_stop_victim() {
+    echo "row: $(q "SELECT state || ' attempt ' || attempt_number || ' pid ' || coalesce(worker_pid::text, '-')
+                       || ' started ' || coalesce(worker_started_at::text, '-') || ' updated ' || updated_at
+                  FROM vq.job WHERE execution_id = '$STOP_VICTIM'")"
+    echo "history: $(q "SELECT string_agg(kind || '@' || at::time, ', ' ORDER BY at) FROM vq.job_transition
+                        WHERE execution_id = '$STOP_VICTIM'")"
+    echo "executors: $(q "SELECT string_agg(pid || ' since ' || backend_start::time, ', ') FROM pg_stat_activity
+                          WHERE backend_type = 'vq_job executor' AND datname = current_database()")"
+    echo "server log: $(grep -E 'vq_job|executor|ERROR|FATAL' "$VQ_CLUSTER_DIR/server.log" 2>/dev/null | tail -n 25)"
+}
+
 # ---------------------------------------------------------------------------
 run_phase() {
     local phase="$1" pid old old_pids t_kill running_kill running_stop n
@@ -132,6 +144,8 @@ run_phase() {
     restart_immediate
     log "[$phase] server accepting connections"
     if [[ -n "$stop_victim" ]]; then
+        # (if it times out: the job's row and history, the executors, the server log since the start)
+        STOP_VICTIM="$stop_victim" VQ_WAIT_REPORT=report_stop_victim \
         wait_for "SELECT EXISTS (SELECT 1 FROM vq.job_transition WHERE execution_id = '$stop_victim'
                                AND kind = 'ABANDONED' AND at > to_timestamp($PM_START))" 10 \
             "[$phase] job $stop_victim (RUNNING at the immediate stop) to be ABANDONED"
