@@ -331,19 +331,27 @@ CheckExtension(TimestampTz now)
 	char	   *installed = InstalledVersion();
 	bool		turned_off = ServingTurnedOff();
 	bool		present = installed != NULL && strcmp(installed, VQ_EXTVERSION) == 0 && !turned_off;
+	bool		was_served;
 
 	extension_generation_seen = generation;
 	last_extension_check = now;
+	LWLockAcquire(VqMyDatabaseSlot->lock, LW_SHARED);
+	was_served = VqMyDatabaseSlot->state == VQ_DB_ACTIVE;
+	LWLockRelease(VqMyDatabaseSlot->lock);
 	VqReportExtension(VqMyDatabaseSlot, present ? VQ_EXT_PRESENT : VQ_EXT_ABSENT, generation);
 	if (present)
 		return;
-	/* (installed lives in the transaction's memory: report before committing) */
+	/*
+	 * (installed lives in the transaction's memory: report before committing.)
+	 * A database that was served says why it no longer is; the launcher's
+	 * periodic look at one that never was says it only at DEBUG1.
+	 */
 	if (turned_off)
-		ereport(LOG,
+		ereport(was_served ? LOG : DEBUG1,
 				(errmsg("vq_job executor %d: vq.serve_database is off for this database; exiting",
 						VqMyExecutorIndex)));
 	else if (installed == NULL)
-		ereport(LOG,
+		ereport(was_served ? LOG : DEBUG1,
 				(errmsg("vq_job executor %d: extension vq_job is not installed in this database; exiting",
 						VqMyExecutorIndex)));
 	else
