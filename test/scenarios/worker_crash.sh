@@ -144,6 +144,15 @@ run_phase() {
     restart_immediate
     log "[$phase] server accepting connections"
     if [[ -n "$stop_victim" ]]; then
+        # The job seen RUNNING may have ended before the stop struck (its handler sleeps 1 s):
+        # the victim is one whose last transition before the stop was its CLAIMED one.
+        stop_victim="$(q "SELECT c.execution_id FROM vq.job_transition c JOIN vq.job j USING (execution_id)
+                           WHERE j.handler = '$handler' AND c.kind = 'CLAIMED' AND c.at < to_timestamp($PM_START)
+                             AND NOT EXISTS (SELECT 1 FROM vq.job_transition t
+                                              WHERE t.execution_id = c.execution_id AND t.id > c.id
+                                                AND t.at < to_timestamp($PM_START))
+                           ORDER BY c.at DESC LIMIT 1")"
+        [[ -n "$stop_victim" ]] || fail "[$phase] no job was RUNNING (claimed visibly, not ended) when the server stopped"
         # (if it times out: the job's row and history, the executors, the server log since the start)
         STOP_VICTIM="$stop_victim" VQ_WAIT_REPORT=report_stop_victim \
         wait_for "SELECT EXISTS (SELECT 1 FROM vq.job_transition WHERE execution_id = '$stop_victim'
