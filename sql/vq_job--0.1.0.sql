@@ -1118,6 +1118,9 @@ BEGIN
                                                AND h.kind OPERATOR(pg_catalog.=) 'notify') THEN
         RAISE EXCEPTION USING ERRCODE = 'VQ002', MESSAGE = format('"%s" is not a registered NOTIFY handler', handler);
     END IF;
+    IF grantee IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'VQ008', MESSAGE = 'grantee must not be null';
+    END IF;
     INSERT INTO vq.consumer_grant (handler, grantee) VALUES (handler, grantee) ON CONFLICT DO NOTHING;
 END
 $$;
