@@ -69,6 +69,7 @@
 
 #include "claim.h"
 #include "claimpos.h"
+#include "compact.h"
 #include "dispatch.h"
 #include "executor.h"
 #include "jobapi.h"
@@ -836,6 +837,7 @@ vq_executor_main(Datum arg)
 		{
 			VqRunRetention();
 			last_retention = GetCurrentTimestamp();
+			VqCompactJobTable(last_retention);
 		}
 		if (!found_work)
 			SleepUntilWork();
