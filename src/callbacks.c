@@ -50,10 +50,23 @@ FunctionOwner(Oid fn)
 	return owner;
 }
 
+typedef struct CallbackCall
+{
+	Oid			fn;
+	FmgrInfo   *flinfo;
+	int			nargs;
+	Datum	   *args;
+} CallbackCall;
+
 /* The callback, as its owner (see roles.h), inside the caller's subtransaction. */
 static void
-CallAsOwner(Oid fn, FmgrInfo *flinfo, int nargs, Datum *args)
+CallAsOwner(void *arg)
 {
+	CallbackCall *call = (CallbackCall *) arg;
+	Oid			fn = call->fn;
+	FmgrInfo   *flinfo = call->flinfo;
+	int			nargs = call->nargs;
+	Datum	   *args = call->args;
 	LOCAL_FCINFO(fcinfo, 3);
 	VqSavedUser saved;
 	Oid			owner = FunctionOwner(fn);
@@ -90,32 +103,16 @@ CallAsOwner(Oid fn, FmgrInfo *flinfo, int nargs, Datum *args)
 char *
 VqCallCallback(Oid fn, FmgrInfo *flinfo, int nargs, Datum *args)
 {
-	MemoryContext caller_context = CurrentMemoryContext;
-	ResourceOwner caller_owner = CurrentResourceOwner;
-	char	   *volatile error = NULL;
+	CallbackCall call = {fn, flinfo, nargs, args};
+	ErrorData  *edata;
+	char	   *error;
 
 	Assert(nargs <= 3);
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(caller_context);
-	PG_TRY();
-	{
-		CallAsOwner(fn, flinfo, nargs, args);
-		ReleaseCurrentSubTransaction();
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(caller_context);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		error = pstrdup(edata->message ? edata->message : "unknown error");
-		FreeErrorData(edata);
-	}
-	PG_END_TRY();
-	MemoryContextSwitchTo(caller_context);
-	CurrentResourceOwner = caller_owner;
+	edata = VqTryInSubtransaction(CallAsOwner, &call);
+	if (edata == NULL)
+		return NULL;
+	error = pstrdup(edata->message ? edata->message : "unknown error");
+	FreeErrorData(edata);
 	return error;
 }
 

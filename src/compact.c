@@ -29,8 +29,6 @@
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "utils/guc.h"
-#include "utils/memutils.h"
-#include "utils/resowner.h"
 #include "utils/timestamp.h"
 
 #include "compact.h"
@@ -137,6 +135,19 @@ CountRowsUpTo(int64 limit)
 	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
 
+/* CLUSTER the table by its primary key (in the caller's subtransaction). */
+static void
+Cluster(void *arg)
+{
+	int			level = VqIndexScansBegin();	/* copy by the index: the heap is mostly empty pages */
+
+	(void) set_config_option("lock_timeout", COMPACT_LOCK_TIMEOUT_MS, PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	if (SPI_execute("CLUSTER vq.job_active USING job_active_pkey", false, 0) != SPI_OK_UTILITY)
+		elog(ERROR, "vq_job: CLUSTER vq.job_active failed");
+	VqIndexScansEnd(level);
+}
+
 /*
  * Rewrite the table in a subtransaction: a lock not granted in time (or any
  * other error) rolls back only the attempt; returns whether it was done.
@@ -144,41 +155,23 @@ CountRowsUpTo(int64 limit)
 static bool
 RewriteTable(void)
 {
-	MemoryContext caller_context = CurrentMemoryContext;
-	ResourceOwner caller_owner = CurrentResourceOwner;
-	volatile bool done = false;
+	ErrorData  *edata = VqTryInSubtransaction(Cluster, NULL);
 
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(caller_context);
-	PG_TRY();
+	if (edata == NULL)
+		return true;
+	if (edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
+		ereport(DEBUG1,
+				(errmsg("vq_job: rewriting vq.job_active: %s; trying again in %d s",
+						edata->message, COMPACT_CHECK_MS / 1000)));
+	else
 	{
-		int			level = VqIndexScansBegin();	/* copy by the index: the heap is mostly empty pages */
-
-		(void) set_config_option("lock_timeout", COMPACT_LOCK_TIMEOUT_MS, PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_SAVE, true, 0, false);
-		if (SPI_execute("CLUSTER vq.job_active USING job_active_pkey", false, 0) != SPI_OK_UTILITY)
-			elog(ERROR, "vq_job: CLUSTER vq.job_active failed");
-		VqIndexScansEnd(level);
-		ReleaseCurrentSubTransaction();
-		done = true;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(caller_context);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		ereport(edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ? DEBUG1 : WARNING,
+		state.wanted = false;
+		ereport(WARNING,
 				(errmsg("vq_job: rewriting vq.job_active to give back its free space failed: %s", edata->message),
-				 errdetail("It is tried again in %d s.", COMPACT_CHECK_MS / 1000)));
-		FreeErrorData(edata);
+				 errdetail("It is tried again after the next vacuum of the table.")));
 	}
-	PG_END_TRY();
-	MemoryContextSwitchTo(caller_context);
-	CurrentResourceOwner = caller_owner;
-	return done;
+	FreeErrorData(edata);
+	return false;
 }
 
 void
@@ -198,7 +191,8 @@ VqCompactJobTable(TimestampTz now)
 	{
 		rows = CountRowsUpTo(COMPACT_MAX_ROWS);
 		rewrote = rows <= COMPACT_MAX_ROWS && RewriteTable();
-		state.wanted = state.wanted && !rewrote && rows <= COMPACT_MAX_ROWS;
+		if (rewrote || rows > COMPACT_MAX_ROWS)
+			state.wanted = false;	/* else the lock was not granted in time: again at the next check */
 	}
 	VqCommitTransaction();
 	if (rewrote)

@@ -488,6 +488,49 @@ CheckDelayedJob(VqRegistry *registry, OutboxRow *row, VqHandler **handler, VqQue
 	return RELAY_SUCCESS;
 }
 
+/* The rows of a batch enqueued together: the arguments of VqEnqueueManyResolved. */
+typedef struct DelayedJobs
+{
+	VqRegistry *registry;
+	int			n;
+	VqHandler **handlers;
+	Datum	   *queues;
+	Datum	   *priorities;
+	Datum	   *attempts;
+	Datum	   *scheduled;
+	Datum	   *payloads;
+	bool	   *payload_nulls;
+	Datum	   *metadatas;
+	Datum	   *roles;
+} DelayedJobs;
+
+static void
+DelayedJobsAlloc(DelayedJobs *jobs, VqRegistry *registry, int max)
+{
+	jobs->registry = registry;
+	jobs->n = 0;
+	jobs->handlers = palloc(sizeof(VqHandler *) * max);
+	jobs->queues = palloc(sizeof(Datum) * max);
+	jobs->priorities = palloc(sizeof(Datum) * max);
+	jobs->attempts = palloc(sizeof(Datum) * max);
+	jobs->scheduled = palloc(sizeof(Datum) * max);
+	jobs->payloads = palloc(sizeof(Datum) * max);
+	jobs->payload_nulls = palloc(sizeof(bool) * max);
+	jobs->metadatas = palloc(sizeof(Datum) * max);
+	jobs->roles = palloc(sizeof(Datum) * max);
+}
+
+/* Enqueue them (in the caller's subtransaction). */
+static void
+InsertDelayedJobs(void *arg)
+{
+	DelayedJobs *jobs = (DelayedJobs *) arg;
+
+	VqEnqueueManyResolved(jobs->registry, jobs->n, jobs->handlers, jobs->queues, jobs->priorities,
+						  jobs->attempts, jobs->scheduled, jobs->payloads, jobs->payload_nulls,
+						  jobs->metadatas, jobs->roles);
+}
+
 /*
  * Deliver the DELAYED_JOB rows of a batch together: each is checked (failures
  * recorded at once), and the valid ones are enqueued by one set-based insert
@@ -499,25 +542,14 @@ CheckDelayedJob(VqRegistry *registry, OutboxRow *row, VqHandler **handler, VqQue
 static List *
 DeliverDelayedJobsTogether(VqRegistry *registry, List *rows, Datum *published, int *npublished, TimestampTz now)
 {
-	int			max = list_length(rows);
-	VqHandler **handlers = palloc(sizeof(VqHandler *) * max);
-	Datum	   *queues = palloc(sizeof(Datum) * max);
-	Datum	   *priorities = palloc(sizeof(Datum) * max);
-	Datum	   *attempts = palloc(sizeof(Datum) * max);
-	Datum	   *scheduled = palloc(sizeof(Datum) * max);
-	Datum	   *payloads = palloc(sizeof(Datum) * max);
-	bool	   *payload_nulls = palloc(sizeof(bool) * max);
-	Datum	   *metadatas = palloc(sizeof(Datum) * max);
-	Datum	   *roles = palloc(sizeof(Datum) * max);
+	DelayedJobs jobs;
 	List	   *together = NIL;
 	List	   *rest = NIL;
 	Datum		empty = DirectFunctionCall1(jsonb_in, CStringGetDatum("{}"));
-	MemoryContext caller_context = CurrentMemoryContext;
-	ResourceOwner caller_owner = CurrentResourceOwner;
-	bool		inserted = false;
-	int			n = 0;
+	ErrorData  *edata;
 	ListCell   *lc;
 
+	DelayedJobsAlloc(&jobs, registry, list_length(rows));
 	foreach(lc, rows)
 	{
 		OutboxRow  *row = lfirst(lc);
@@ -527,6 +559,7 @@ DeliverDelayedJobsTogether(VqRegistry *registry, List *rows, Datum *published, i
 		int32		max_attempts;
 		char	   *message = NULL;
 		RelayResult result;
+		int			n = jobs.n;
 
 		if (strcmp(row->type, "DELAYED_JOB") != 0)
 		{
@@ -539,52 +572,31 @@ DeliverDelayedJobsTogether(VqRegistry *registry, List *rows, Datum *published, i
 			RecordUndelivered(row, result, message, now);
 			continue;
 		}
-		handlers[n] = handler;
-		queues[n] = queue->name_datum;
-		priorities[n] = Int32GetDatum(priority);
-		attempts[n] = Int32GetDatum(max_attempts);
-		scheduled[n] = TimestampTzGetDatum(row->has_scheduled_at ? row->scheduled_at
-										   : GetCurrentTransactionStartTimestamp());
-		payloads[n] = row->payload;
-		payload_nulls[n] = (row->payload == (Datum) 0);
-		metadatas[n] = row->context ? JsonbPGetDatum(row->context) : empty;
-		roles[n] = ObjectIdGetDatum(row->published_by);
+		jobs.handlers[n] = handler;
+		jobs.queues[n] = queue->name_datum;
+		jobs.priorities[n] = Int32GetDatum(priority);
+		jobs.attempts[n] = Int32GetDatum(max_attempts);
+		jobs.scheduled[n] = TimestampTzGetDatum(row->has_scheduled_at ? row->scheduled_at
+												: GetCurrentTransactionStartTimestamp());
+		jobs.payloads[n] = row->payload;
+		jobs.payload_nulls[n] = (row->payload == (Datum) 0);
+		jobs.metadatas[n] = row->context ? JsonbPGetDatum(row->context) : empty;
+		jobs.roles[n] = ObjectIdGetDatum(row->published_by);
 		together = lappend(together, row);
-		n++;
+		jobs.n++;
 	}
-	if (n == 0)
+	if (jobs.n == 0)
 		return rest;
 
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(caller_context);
-	PG_TRY();
-	{
-		VqEnqueueManyResolved(registry, n, handlers, queues, priorities, attempts,
-							  scheduled, payloads, payload_nulls, metadatas, roles);
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(caller_context);
-		CurrentResourceOwner = caller_owner;
-		inserted = true;
-	}
-	PG_CATCH();
+	edata = VqTryInSubtransaction(InsertDelayedJobs, &jobs);
+	if (edata != NULL)
 	{
 		/* not expected after the checks: fall back to one row at a time, which records each row's error */
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(caller_context);
-		edata = CopyErrorData();
-		FlushErrorState();
 		ereport(LOG, (errmsg("vq_job: relaying %d outbox rows together failed (%s); relaying them one by one",
-							 n, edata->message)));
+							 jobs.n, edata->message)));
 		FreeErrorData(edata);
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(caller_context);
-		CurrentResourceOwner = caller_owner;
-	}
-	PG_END_TRY();
-
-	if (!inserted)
 		return list_concat(together, rest);
+	}
 	foreach(lc, together)
 		published[(*npublished)++] = Int64GetDatum(((OutboxRow *) lfirst(lc))->id);
 	return rest;

@@ -9,6 +9,8 @@
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
 #include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
 #include "utils/snapmgr.h"
 
 #include "spi_util.h"
@@ -71,6 +73,34 @@ void
 VqIndexScansEnd(int level)
 {
 	AtEOXact_GUC(true, level);
+}
+
+/* fn(arg) in a subtransaction; NULL or its error (see spi_util.h). */
+ErrorData *
+VqTryInSubtransaction(void (*fn) (void *arg), void *arg)
+{
+	MemoryContext caller_context = CurrentMemoryContext;
+	ResourceOwner caller_owner = CurrentResourceOwner;
+	ErrorData  *volatile error = NULL;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(caller_context);
+	PG_TRY();
+	{
+		fn(arg);
+		ReleaseCurrentSubTransaction();
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(caller_context);
+		error = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(caller_context);
+	CurrentResourceOwner = caller_owner;
+	return error;
 }
 
 /* Worker side: finish the transaction VqBeginTransaction started. */

@@ -32,6 +32,14 @@ extern SPIPlanPtr VqKeepCustomPlan(SPIPlanPtr *plan, const char *sql, int nargs,
 extern int	VqIndexScansBegin(void);
 extern void VqIndexScansEnd(int level);
 
+/*
+ * Run fn(arg) in a subtransaction of its own. Returns NULL when it
+ * succeeded; otherwise its error (allocated in the caller's memory context)
+ * after rolling back everything it did. The caller's memory context and
+ * resource owner are the current ones again either way.
+ */
+extern ErrorData *VqTryInSubtransaction(void (*fn) (void *arg), void *arg);
+
 /* Worker side: start a transaction with a snapshot and an SPI connection; and finish it. */
 extern void VqBeginTransaction(void);
 extern void VqCommitTransaction(void);

@@ -209,18 +209,18 @@ fault_kill_executor() {
                                          WHERE j.state = 'RUNNING' ORDER BY random() LIMIT 1),
                                         (SELECT pid FROM pg_stat_activity WHERE backend_type = 'vq_job executor'
                                           AND datname = current_database() ORDER BY random() LIMIT 1))")"
-    [[ -n "$pid" ]] || { log "fault: no executor to kill"; return 0; }
+    [[ -n "$pid" ]] || { log "fault: no executor to kill"; return 1; }
     t0="$(soak_epoch)"
-    kill -9 "$pid" 2>/dev/null || { log "fault: executor $pid had already exited"; return 0; }
+    kill -9 "$pid" 2>/dev/null || { log "fault: executor $pid had already exited"; return 1; }
     _soak_back "$t0" 'vq_job executor'
     _soak_record kill_executor "pid $pid" "$t0"
 }
 fault_kill_launcher() {
     local pid t0
     pid="$(soak_retry "SELECT pid FROM pg_stat_activity WHERE backend_type = 'vq_job launcher'")"
-    [[ -n "$pid" ]] || { log "fault: no launcher to kill"; return 0; }
+    [[ -n "$pid" ]] || { log "fault: no launcher to kill"; return 1; }
     t0="$(soak_epoch)"
-    kill -9 "$pid" 2>/dev/null || return 0
+    kill -9 "$pid" 2>/dev/null || return 1
     _soak_back "$t0" 'vq_job executor'
     _soak_record kill_launcher "pid $pid" "$t0"
 }
@@ -237,17 +237,17 @@ fault_fast() { _soak_restart fast fast; }
 fault_kill_consumer() {
     local pid t0
     pid="$(soak_consumer_pid)"
-    [[ -n "$pid" ]] || return 0
+    [[ -n "$pid" ]] || return 1
     t0="$(soak_epoch)"
-    kill -9 "$pid" 2>/dev/null || return 0
+    kill -9 "$pid" 2>/dev/null || return 1
     _soak_record kill_consumer "pid $pid" "$t0"
 }
 fault_consumer_restart() {
     local pid t0 i
     pid="$(soak_consumer_pid)"
-    [[ -n "$pid" ]] || return 0
+    [[ -n "$pid" ]] || return 1
     t0="$(soak_epoch)"
-    kill -TERM "$pid" 2>/dev/null || return 0
+    kill -TERM "$pid" 2>/dev/null || return 1
     for ((i = 0; i < 200; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
     _soak_record consumer_restart "pid $pid, SIGTERM" "$t0"
 }
@@ -290,6 +290,16 @@ fault_reregister() {
     _soak_record reregister "soak_ok -> $fn" "$t0"
 }
 
+# _soak_deal KIND: strike the fault; one whose target was not there (a process between its
+# exit and its restart) is tried again every 0.5 s, for up to 15 s.
+_soak_deal() {
+    local tries=0
+    until "fault_$1"; do
+        ((++tries < 30)) || { log "fault: $1 found nothing to strike for 15 s"; return 0; }
+        sleep 0.5
+    done
+}
+
 # _soak_chaos: deal the faults in SOAK_FAULTS in random order, round after round, with a
 # random pause before each, until the soak's end (the first round is always finished).
 _soak_chaos() {
@@ -306,7 +316,7 @@ _soak_chaos() {
                 return 0
             fi
             log "fault: $kind (t+$(awk -v a="$SOAK_START" -v b="$(soak_epoch)" 'BEGIN { printf "%.0f", b - a }') s)"
-            "fault_$kind"
+            _soak_deal "$kind"
         done
         round=$((round + 1))
         awk -v a="$(soak_epoch)" -v b="$SOAK_END" 'BEGIN { exit !(a < b) }' || return 0
