@@ -27,6 +27,7 @@
 #include "access/htup_details.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
 #include "utils/jsonb.h"
@@ -655,6 +656,91 @@ EarliestFutureDue(VqRegistry *registry, TimestampTz now)
 			next = Min(next, EarliestFutureDueInLevel(q, scans[i].priority, now));
 	}
 	return next;
+}
+
+/*
+ * The first due job of a level that is before the level's position and that
+ * no claim holds; false if none. Its updated_at tells how long it has been
+ * there.
+ */
+static bool
+JobBehindPosition(VqQueue *queue, VqClaimScan *level, TimestampTz now, VqClaimKey *key, TimestampTz *updated_at)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		values[5];
+	bool		isnull;
+
+	values[0] = queue->name_datum;
+	values[1] = Int32GetDatum(level->priority);
+	values[2] = TimestampTzGetDatum(now);
+	values[3] = TimestampTzGetDatum(level->from.scheduled_at);
+	values[4] = UUIDPGetDatum(&level->from.execution_id);
+	if (SPI_execute_plan(VqKeepPlan(&plan,
+								  "SELECT scheduled_at, execution_id, updated_at FROM vq.job_active"
+								  " WHERE queue OPERATOR(pg_catalog.=) $1"
+								  " AND state OPERATOR(pg_catalog.=) 'ENQUEUED'::vq.job_state"
+								  " AND priority OPERATOR(pg_catalog.=) $2"
+								  " AND scheduled_at OPERATOR(pg_catalog.<=) $3"
+								  " AND (scheduled_at, execution_id) OPERATOR(pg_catalog.<=) ($4, $5)"
+								  " ORDER BY scheduled_at, execution_id LIMIT 1 FOR UPDATE SKIP LOCKED",
+								  5, (Oid[]) {TEXTOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID, UUIDOID}),
+						 values, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "vq_job: looking for due jobs behind a claim position failed");
+	if (SPI_processed == 0)
+		return false;
+	key->scheduled_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	memcpy(&key->execution_id, DatumGetUUIDP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)),
+		   sizeof(pg_uuid_t));
+	*updated_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
+	return true;
+}
+
+/*
+ * The claim positions' safety net (executor 0, every minute): a due job that
+ * no claim holds and that is before its level's position would never be
+ * claimed; every commit that puts a job there lowers the position, so there
+ * should be none. Each one found moves its level's position back to it, and
+ * one there for more than a second (not a commit about to lower it) is
+ * logged. This walks what the claims skip (under a long-held snapshot, the
+ * entries of every job finished since), but in one executor, with the
+ * others claiming meanwhile: forgetting the positions instead would make
+ * every claim walk it.
+ */
+void
+VqCheckClaimPositions(VqRegistry *registry, TimestampTz now)
+{
+	VqClaimScan *levels = palloc(sizeof(VqClaimScan) * VQ_MAX_CLAIM_LEVELS);
+	int			index_scans = VqIndexScansBegin();
+	HASH_SEQ_STATUS seq;
+	VqQueue    *q;
+
+	hash_seq_init(&seq, registry->queue_hash);
+	while ((q = hash_seq_search(&seq)) != NULL)
+	{
+		int			n;
+
+		if (!VqClaimPositionsLevels(VqMyDatabaseSlot, q->name, levels, &n))
+			continue;			/* claimed the plain way */
+		for (int i = 0; i < n; i++)
+		{
+			VqClaimKey	key;
+			TimestampTz updated_at;
+
+			CHECK_FOR_INTERRUPTS();
+			if (levels[i].from.scheduled_at == DT_NOBEGIN ||
+				!JobBehindPosition(q, &levels[i], now, &key, &updated_at))
+				continue;
+			LWLockAcquire(VqMyDatabaseSlot->lock, LW_EXCLUSIVE);
+			VqClaimPositionLower(VqMyDatabaseSlot, q->name, levels[i].priority, key.scheduled_at);
+			LWLockRelease(VqMyDatabaseSlot->lock);
+			if (TimestampDifferenceExceeds(updated_at, now, 1000))
+				ereport(LOG,
+						(errmsg("vq_job: a due job of queue \"%s\" (priority %d, scheduled at %s) was behind the claim position; claims go back to it",
+								q->name, levels[i].priority, timestamptz_to_str(key.scheduled_at))));
+		}
+	}
+	VqIndexScansEnd(index_scans);
+	pfree(levels);
 }
 
 /* EarliestFutureDue, planned as ordered index scans (spi_util.h). */

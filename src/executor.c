@@ -89,12 +89,12 @@ PGDLLEXPORT void vq_executor_main(Datum arg);
 /* How often an executor looks for jobs of dead executors. */
 #define RESCUE_INTERVAL_MS 1000
 /*
- * How often executor 0 makes the database's claim positions start over: a
+ * How often executor 0 looks for due jobs behind the claim positions: a
  * safety net, as the relay's periodic full scan is, so that a job whose
  * return behind a position was missed (it should never be) waits a minute at
  * most, never until a restart.
  */
-#define POSITIONS_REFRESH_MS 60000
+#define POSITIONS_CHECK_MS 60000
 /* How often executor 0 deletes expired finished jobs. */
 #define RETENTION_INTERVAL_MS 1000
 /* How often an executor makes sure the extension still exists (DROP EXTENSION also tells it). */
@@ -117,7 +117,7 @@ static MemoryContext cycle_context = NULL;
 
 /* housekeeping schedule */
 static TimestampTz last_rescue = 0;
-static TimestampTz last_positions_refresh = 0;
+static TimestampTz last_positions_check = 0;
 static TimestampTz last_retention = 0;
 static TimestampTz last_progress_flush = 0;
 static TimestampTz last_extension_check = 0;
@@ -184,6 +184,8 @@ DetachSlot(int code, Datum arg)
 		VqMyExecutorSlot->running_visible = false;
 	}
 	LWLockRelease(VqMyDatabaseSlot->lock);
+	/* the others' rescue looks for jobs it may have left RUNNING (outcome.c) */
+	pg_atomic_fetch_add_u64(&VqMyDatabaseSlot->executor_exits, 1);
 	VqWakeLauncher();
 }
 
@@ -382,20 +384,23 @@ Housekeeping(TimestampTz now)
 	bool		rescue = TimestampDifferenceExceeds(last_rescue, now, RESCUE_INTERVAL_MS);
 	bool		flush = vq_progress_flush_interval_ms > 0 &&
 		TimestampDifferenceExceeds(last_progress_flush, now, vq_progress_flush_interval_ms);
+	bool		positions = VqMyExecutorIndex == 0 &&
+		TimestampDifferenceExceeds(last_positions_check, now, POSITIONS_CHECK_MS);
 	bool		reserved = false;
 
-	if (VqMyExecutorIndex == 0 && TimestampDifferenceExceeds(last_positions_refresh, now, POSITIONS_REFRESH_MS))
-	{
-		LWLockAcquire(VqMyDatabaseSlot->lock, LW_EXCLUSIVE);
-		VqClaimPositionsForget(VqMyDatabaseSlot);
-		LWLockRelease(VqMyDatabaseSlot->lock);
-		last_positions_refresh = now;
-	}
-	if (!check && !rescue && !flush)
+	if (!check && !rescue && !flush && !positions)
 		return;
 	VqBeginTransaction();
 	if (check)
 		CheckExtension(now);	/* exits if it is gone */
+	if (positions)
+	{
+		VqRegistry *registry = VqRegistryPin();
+
+		VqCheckClaimPositions(registry, now);
+		VqRegistryRelease(registry);
+		last_positions_check = now;
+	}
 	if (rescue)
 	{
 		VqRegistry *registry = VqRegistryPin();

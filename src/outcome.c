@@ -37,7 +37,6 @@ static SPIPlanPtr completed_plan = NULL;
 static SPIPlanPtr retry_plan = NULL;
 static SPIPlanPtr dead_letter_plan = NULL;
 static SPIPlanPtr running_plan = NULL;
-static SPIPlanPtr orphans_plan = NULL;
 static SPIPlanPtr progress_plan = NULL;
 
 /* Run a kept plan that writes, expecting the given result; returns the rows written. */
@@ -344,24 +343,40 @@ typedef struct RunningJob
 	int32		worker_timeline;	/* 0: not known */
 } RunningJob;
 
-/* The RUNNING jobs that may be orphans: run by an executor, or announced longer ago than the timeout. */
+/* How often the rescue looks at the jobs of executors when none has left its slot (a safety net). */
+#define RESCUE_SWEEP_MS 60000
+
+/* What the rescue reads of a RUNNING job (RunningJob), before the conditions. */
+#define RESCUE_CANDIDATES \
+	"SELECT execution_id, attempt_number, max_attempts, queue, worker_pid," \
+	" worker_started_at, updated_at, priority, scheduled_at, worker_timeline" \
+	" FROM vq.job_active WHERE state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state"
+
+/*
+ * The RUNNING jobs that may be orphans: announced longer ago than the
+ * timeout, and, when executors is true, run by an executor.
+ */
 static List *
-ReadRescueCandidates(TimestampTz now)
+ReadRescueCandidates(TimestampTz now, bool executors)
 {
+	static SPIPlanPtr executors_plan = NULL;
+	static SPIPlanPtr notify_plan = NULL;
 	Datum		values[1];
 	List	   *jobs = NIL;
 
+	if (!executors && vq_execution_timeout_ms <= 0)
+		return NIL;
 	values[0] = TimestampTzGetDatum(vq_execution_timeout_ms > 0
 									? TimestampTzPlusMilliseconds(now, -(int64) vq_execution_timeout_ms)
 									: DT_NOBEGIN);
-	/* (a custom plan, for the reason given at VqExternalInFlight) */
-	if (SPI_execute_plan(VqKeepCustomPlan(&orphans_plan,
-							  "SELECT execution_id, attempt_number, max_attempts, queue, worker_pid,"
-							  " worker_started_at, updated_at, priority, scheduled_at, worker_timeline"
-							  " FROM vq.job_active"
-							  " WHERE state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state"
-							  " AND (worker_pid IS NOT NULL OR consumer_claimed_at OPERATOR(pg_catalog.<) $1)",
-							  1, (Oid[]) {TIMESTAMPTZOID}),
+	/* (custom plans, for the reason given at VqExternalInFlight) */
+	if (SPI_execute_plan(executors
+						 ? VqKeepCustomPlan(&executors_plan, RESCUE_CANDIDATES
+											" AND (worker_pid IS NOT NULL OR consumer_claimed_at OPERATOR(pg_catalog.<) $1)",
+											1, (Oid[]) {TIMESTAMPTZOID})
+						 : VqKeepCustomPlan(&notify_plan, RESCUE_CANDIDATES
+											" AND worker_pid IS NULL AND consumer_claimed_at OPERATOR(pg_catalog.<) $1",
+											1, (Oid[]) {TIMESTAMPTZOID}),
 						 values, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "vq_job: looking for orphaned jobs failed");
 	for (uint64 i = 0; i < SPI_processed; i++)
@@ -403,15 +418,31 @@ ReadRescueCandidates(TimestampTz now)
  * executor died on this timeline (kill -9, a crash, an immediate stop) is
  * ABANDONED and costs an attempt (the poison-pill guard). Returns the number
  * of jobs rescued.
+ *
+ * The jobs run by executors are looked at when this process starts (after a
+ * crash or a promotion), when an executor of the database has left its slot
+ * since the last look, and every RESCUE_SWEEP_MS: not at every call, since
+ * the search walks every index entry of a RUNNING version that vacuum has
+ * not removed yet, and a long-held snapshot keeps all of them.
  */
 int
 VqRescueOrphans(VqRegistry *registry, TimestampTz now)
 {
+	static uint64 exits_seen = PG_UINT64_MAX;
+	static TimestampTz executors_looked_at = 0;
+	uint64		exits = pg_atomic_read_u64(&VqMyDatabaseSlot->executor_exits);
+	bool		executors = exits != exits_seen ||
+		TimestampDifferenceExceeds(executors_looked_at, now, RESCUE_SWEEP_MS);
 	TimeLineID	timeline = GetWALInsertionTimeLine();
 	int			abandoned = 0;
 	ListCell   *lc;
 
-	foreach(lc, ReadRescueCandidates(now))
+	if (executors)
+	{
+		exits_seen = exits;
+		executors_looked_at = now;
+	}
+	foreach(lc, ReadRescueCandidates(now, executors))
 	{
 		RunningJob *r = lfirst(lc);
 		VqOutcome	outcome;
