@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# docs_reference.sh: the documentation (README.md and docs/*.md) covers what the installed
+# extension offers, so that a reader who has only the repository finds every entry point.
+#
+# Which objects count as the user's: every function of the extension (pg_depend, deptype 'e')
+# outside schema vq (the vq_* API, whether PUBLIC may call it or an administrator grants it),
+# and every function inside schema vq that PUBLIC may execute (vq.running_jobs_now). The other
+# functions in schema vq are internal: PUBLIC may not execute them and only the extension's own
+# code calls them (trigger functions, validation helpers, vq.redrive, vq.wake_executors ...).
+#
+# Checks, each failing with the list of what is missing:
+#   1. every user function has, somewhere in the docs, its signature written `name(...)` with
+#      the arguments the catalog has, in its order, with their types and defaults
+#      (`vq_take(execution_id uuid, attempt integer DEFAULT NULL, handler text DEFAULT NULL)`;
+#      compared with pg_get_function_arguments after collapsing whitespace, dropping OUT
+#      arguments and the casts of defaults, and writing timestamptz): argument order is part
+#      of the contract, so a signature that drops, adds, swaps or retypes an argument does not
+#      count; and the function index of docs/reference.md has a row "| `name` | WHO |" where
+#      WHO starts with PUBLIC exactly when PUBLIC may execute it (else "granted ...");
+#   2. every view of schema vq, every table of schema vq that PUBLIC may read, and every type
+#      of schema vq is named in the docs as `vq.name`;
+#   3. every vq.* setting (pg_settings) has a row in docs/reference.md's settings table whose
+#      default, unit and context cells are pg_settings' boot_val (`(empty)` for ''), unit
+#      (`—` for none) and context;
+#   4. every VQxxx SQLSTATE the code can raise (src/*.h, src/*.c, sql/*.sql) has a row
+#      "| `VQxxx` |" in an errors table of the docs.
+# Runs against $PGDATABASE (a database with vq_job); reads the docs from the repository.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
+# shellcheck source=test/scenarios/lib/common.sh
+. "$HERE/lib/common.sh"
+
+ROOT="${VQ_REPO_ROOT:-$(cd "$HERE/../.." && pwd -P)}"
+DOCS=("$ROOT/README.md" "$ROOT"/docs/*.md)
+REFERENCE="$ROOT/docs/reference.md"
+[[ -f "$REFERENCE" ]] || fail "missing $REFERENCE"
+
+# missing_list WHAT ITEMS...: fail_later naming WHAT and the items, if any.
+missing_list() {
+    local what="$1"
+    shift
+    (($# == 0)) && return 0
+    fail_later "$what ($#): $*"
+}
+
+# ---------------------------------------------------------------------------
+log "1. every user function has its exact signature in the docs"
+# One line per function: "name|arguments|PUBLIC or granted", the arguments as
+# pg_get_function_arguments writes them (names, types, defaults, in order; OUT arguments too).
+FUNCTIONS="$(q "
+SELECT CASE WHEN n.nspname = 'vq' THEN 'vq.' ELSE '' END || p.proname || '|' ||
+       pg_get_function_arguments(p.oid) || '|' ||
+       CASE WHEN has_function_privilege('public', p.oid, 'EXECUTE') THEN 'PUBLIC' ELSE 'granted' END
+  FROM pg_proc p
+  JOIN pg_namespace n ON n.oid = p.pronamespace
+  JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+  JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'vq_job'
+ WHERE n.nspname <> 'vq' OR has_function_privilege('public', p.oid, 'EXECUTE')
+ ORDER BY 1")"
+n_functions="$(grep -c . <<<"$FUNCTIONS" || true)"
+((n_functions >= 40)) || fail "expected at least 40 user functions in the catalog, found $n_functions"
+
+# NORMALIZE (perl): an argument list in one comparable form: whitespace collapsed, OUT
+# arguments dropped (the docs give them as the result), casts of defaults dropped
+# ('{}'::jsonb -> '{}'), "timestamp with time zone" written timestamptz.
+# shellcheck disable=SC2016  # perl code, expanded by perl
+NORMALIZE='
+    sub normalize {
+        my ($args) = @_;
+        $args =~ s/\s+/ /g;
+        $args =~ s/timestamp with time zone/timestamptz/g;
+        my @items;
+        for my $item (split /,(?=(?:[^\x27]*\x27[^\x27]*\x27)*[^\x27]*$)/, $args) {
+            $item =~ s/^\s+|\s+$//g;
+            next if $item eq "" || $item =~ /^OUT\s/;
+            $item =~ s/::[^\x27]*$//;
+            push @items, $item;
+        }
+        return join(", ", @items);
+    }'
+# doc_signatures: every argument list the docs write as `$FN(...)` (balanced parentheses),
+# normalized, one per line.
+doc_signatures() {
+    perl -0777 -ne "$NORMALIZE"'
+        my $name = quotemeta($ENV{FN});
+        while (/(?<![\w.])$name(\(((?:[^()]++|(?1))*)\))/g) {
+            print normalize($2), "\n";
+        }' "${DOCS[@]}"
+}
+bad=()
+while IFS='|' read -r fn args _; do
+    want="$(ARGS="$args" perl -e "$NORMALIZE"' print normalize($ENV{ARGS}), "\n";')"
+    if ! FN="$fn" doc_signatures | grep -qxF -- "$want"; then
+        bad+=("$fn($want)")
+    fi
+done <<<"$FUNCTIONS"
+missing_list "functions whose exact signature (argument names, types, defaults, order) is in no doc" \
+    "${bad[@]}"
+
+# and the function index of docs/reference.md says who may call each: "| `name` | PUBLIC |"
+# when PUBLIC has EXECUTE, "| `name` | granted ... |" otherwise.
+bad=()
+while IFS='|' read -r fn _ who; do
+    row="$(grep -F -- "| \`$fn\` |" "$REFERENCE" | head -n 1 || true)"
+    IFS='|' read -r _ _ cell _ <<<"$row"
+    cell="$(sed -e 's/^ *//' -e 's/ *$//' <<<"$cell")"
+    [[ "${cell%% *}" == "$who" ]] || bad+=("$fn (index: [${cell:-no row}], catalog: $who)")
+done <<<"$FUNCTIONS"
+missing_list "functions whose row in the index of docs/reference.md is missing or names the wrong callers" \
+    "${bad[@]}"
+log "checked $n_functions functions"
+
+# ---------------------------------------------------------------------------
+log "2. views, readable tables and types of schema vq are named"
+OBJECTS="$(q "
+SELECT 'vq.' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = 'vq' AND (c.relkind = 'v'
+        OR (c.relkind IN ('r', 'p') AND has_table_privilege('public', c.oid, 'SELECT')))
+UNION
+SELECT 'vq.' || t.typname FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
+ WHERE n.nspname = 'vq' AND (t.typtype = 'e' OR (t.typtype = 'c'
+        AND (SELECT relkind FROM pg_class WHERE oid = t.typrelid) = 'c'))
+ ORDER BY 1")"
+bad=()
+while read -r obj; do
+    grep -qF -- "\`$obj\`" "${DOCS[@]}" || bad+=("$obj")
+done <<<"$OBJECTS"
+missing_list "objects not named as \`vq.name\` in the docs" "${bad[@]}"
+log "checked $(grep -c . <<<"$OBJECTS" || true) views, tables and types"
+
+# ---------------------------------------------------------------------------
+log "3. every vq.* setting has a row in docs/reference.md with its default, unit and context"
+SETTINGS="$(q "
+SELECT name || E'\t' || CASE WHEN coalesce(boot_val, '') = '' THEN '(empty)' ELSE boot_val END
+            || E'\t' || coalesce(unit, '—') || E'\t' || context
+  FROM pg_settings WHERE name LIKE 'vq.%' ORDER BY name")"
+n_settings="$(grep -c . <<<"$SETTINGS" || true)"
+((n_settings >= 20)) || fail "expected at least 20 vq.* settings, found $n_settings"
+bad=()
+while IFS=$'\t' read -r name default unit context; do
+    # the row: | `name` | type | default | unit | range | context | meaning |
+    row="$(grep -F -- "| \`$name\` |" "$REFERENCE" | head -n 1 || true)"
+    if [[ -z "$row" ]]; then
+        bad+=("$name (no row)")
+        continue
+    fi
+    IFS='|' read -r _ _ _ d u _ c _ <<<"$row"
+    d="$(sed -e 's/`//g' -e 's/^ *//' -e 's/ *$//' <<<"$d")"
+    u="$(sed -e 's/`//g' -e 's/^ *//' -e 's/ *$//' <<<"$u")"
+    c="$(sed -e 's/`//g' -e 's/^ *//' -e 's/ *$//' <<<"$c")"
+    [[ "$d|$u|$c" == "$default|$unit|$context" ]] ||
+        bad+=("$name (docs: default [$d] unit [$u] context [$c]; server: [$default] [$unit] [$context])")
+done <<<"$SETTINGS"
+missing_list "settings missing from docs/reference.md or documented wrongly" "${bad[@]}"
+log "checked $n_settings settings"
+
+# ---------------------------------------------------------------------------
+log "4. every VQxxx SQLSTATE in the code has a row in an errors table"
+CODES="$( {
+    grep -ohE "MAKE_SQLSTATE\('V', *'Q', *'[0-9]', *'[0-9]', *'[0-9]'\)" "$ROOT"/src/*.h "$ROOT"/src/*.c |
+        tr -dc '0-9\n' | sed 's/^/VQ/'
+    grep -ohE "\bVQ[0-9]{3}\b" "$ROOT"/src/*.h "$ROOT"/src/*.c "$ROOT"/sql/*.sql
+} | sort -u)"
+n_codes="$(grep -c . <<<"$CODES" || true)"
+((n_codes >= 15)) || fail "expected at least 15 VQ SQLSTATEs in the code, found $n_codes"
+bad=()
+while read -r code; do
+    grep -qF -- "| \`$code\` |" "${DOCS[@]}" || bad+=("$code")
+done <<<"$CODES"
+missing_list "SQLSTATEs without a row in an errors table" "${bad[@]}"
+log "checked $n_codes SQLSTATEs"
+
+fail_summary
+log "ok: the docs cover $n_functions functions, $n_settings settings and $n_codes SQLSTATEs"
