@@ -1393,17 +1393,27 @@ AS $$
                                AND j.state OPERATOR(pg_catalog.=) 'DEAD_LETTER'::vq.job_state));
 $$;
 
+-- An untyped literal resolves to this form, not the one above: vq_redrive('<an execution id>')
+-- names a handler that cannot exist, and is refused instead of redriving nothing.
 CREATE FUNCTION vq_redrive(handler text DEFAULT NULL, queue text DEFAULT NULL,
                            finished_after timestamptz DEFAULT NULL) RETURNS integer
-LANGUAGE sql SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT vq.redrive(ARRAY(SELECT j.execution_id FROM vq.job j
+BEGIN
+    IF handler OPERATOR(pg_catalog.~*) '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+       AND NOT EXISTS (SELECT FROM vq.handler h WHERE h.name OPERATOR(pg_catalog.=) vq_redrive.handler) THEN
+        RAISE EXCEPTION USING ERRCODE = 'VQ008',
+            MESSAGE = pg_catalog.format('vq_redrive: %L is an execution id, not a handler name', handler),
+            HINT = pg_catalog.format('To redrive that job, pass a uuid: vq_redrive(%L::uuid).', handler);
+    END IF;
+    RETURN vq.redrive(ARRAY(SELECT j.execution_id FROM vq.job j
                              WHERE j.state OPERATOR(pg_catalog.=) 'DEAD_LETTER'::vq.job_state
                                AND (vq_redrive.handler IS NULL OR j.handler OPERATOR(pg_catalog.=) vq_redrive.handler)
                                AND (vq_redrive.queue IS NULL OR j.queue OPERATOR(pg_catalog.=) vq_redrive.queue)
                                AND (vq_redrive.finished_after IS NULL
                                     OR j.finished_at OPERATOR(pg_catalog.>=) vq_redrive.finished_after)));
+END
 $$;
 
 CREATE FUNCTION vq.redrive(ids uuid[]) RETURNS integer

@@ -76,6 +76,8 @@ SELECT state, attempt_number, finished_at IS NULL AS unfinished, scheduled_at <=
   FROM vq.job WHERE execution_id = :'id5';
 SELECT kind, from_state, to_state, attempt_number FROM vq.job_transition WHERE execution_id = :'id5';
 SELECT vq_redrive(:'id5'::uuid) AS redriven_again;
+-- A bare literal resolves to the filter form: an execution id there is refused, not a no-op.
+SELECT vq_redrive('00000000-0000-0000-0000-0000000000aa');
 -- By filter; a dead letter whose job_id an unfinished job now holds stays dead-lettered.
 UPDATE vq.job SET state = 'DEAD_LETTER', finished_at = now() WHERE execution_id = :'id5';
 SELECT vq_enqueue('ops_h', '{"n": 10}', now() + interval '1 hour', job_id => 'ops-dead') IS NOT NULL AS holder;
