@@ -58,6 +58,9 @@ CREATE TABLE vq.handler (
     -- most jobs of this (function) handler running at once across the executors (NULL: no limit
     -- beyond the queue's capacity)
     max_running    integer CONSTRAINT handler_max_running_range CHECK (max_running BETWEEN 1 AND 10000),
+    -- the idempotency window of its jobs enqueued with a job_id and no unique_for of their own
+    -- (NULL: none; see vq_enqueue's unique_for)
+    unique_for     interval CONSTRAINT handler_unique_for_positive CHECK (unique_for > interval '0'),
     registered_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
     CONSTRAINT handler_target_matches_kind CHECK (
         (kind = 'function' AND fn IS NOT NULL AND channel IS NULL) OR
@@ -850,7 +853,7 @@ $$;
 -- Every violation of one handler registration.
 CREATE FUNCTION vq.handler_violations(name text, kind text, fn regprocedure, channel text,
                                       queue text, max_attempts bigint, what text DEFAULT NULL,
-                                      max_running bigint DEFAULT NULL)
+                                      max_running bigint DEFAULT NULL, unique_for interval DEFAULT NULL)
 RETURNS text[]
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -897,6 +900,9 @@ BEGIN
     IF queue IS NOT NULL AND NOT EXISTS (SELECT 1 FROM vq.queue x WHERE x.name OPERATOR(pg_catalog.=) queue) THEN
         v := v || format('%s: queue "%s" does not exist', label, queue);
     END IF;
+    IF unique_for IS NOT NULL AND unique_for <= interval '0' THEN
+        v := v || format('%s: unique_for must be a positive interval, got %s', label, unique_for);
+    END IF;
     RETURN v;
 END
 $$;
@@ -904,7 +910,7 @@ $$;
 -- Insert one validated handler row.
 CREATE FUNCTION vq.insert_handler(name text, kind text, fn regprocedure, channel text,
                                   queue text, priority integer, max_attempts integer,
-                                  max_running integer DEFAULT NULL)
+                                  max_running integer DEFAULT NULL, unique_for interval DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -912,14 +918,15 @@ AS $$
 BEGIN
     -- With search_path pinned to pg_catalog, fn::text names every other schema explicitly.
     INSERT INTO vq.handler AS h (name, kind, fn, takes_context, channel, address, queue, priority, max_attempts,
-                                 max_running)
+                                 max_running, unique_for)
     SELECT insert_handler.name, insert_handler.kind, insert_handler.fn,
            coalesce((SELECT pr.pronargs OPERATOR(pg_catalog.=) 2 FROM pg_catalog.pg_proc pr
                       WHERE pr.oid OPERATOR(pg_catalog.=) insert_handler.fn::oid), false),
            insert_handler.channel,
            CASE insert_handler.kind WHEN 'function' THEN insert_handler.fn::text
                 ELSE 'notify:' OPERATOR(pg_catalog.||) insert_handler.channel END,
-           insert_handler.queue, insert_handler.priority, insert_handler.max_attempts, insert_handler.max_running;
+           insert_handler.queue, insert_handler.priority, insert_handler.max_attempts, insert_handler.max_running,
+           insert_handler.unique_for;
 EXCEPTION WHEN unique_violation THEN
     -- registered concurrently since it was validated
     RAISE EXCEPTION USING ERRCODE = 'VQ102',
@@ -929,46 +936,51 @@ $$;
 
 CREATE FUNCTION vq_register_handler(name text, fn regprocedure, queue text DEFAULT NULL,
                                     priority integer DEFAULT NULL, max_attempts integer DEFAULT NULL,
-                                    max_running integer DEFAULT NULL)
+                                    max_running integer DEFAULT NULL, unique_for interval DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     PERFORM vq.raise_violations(vq.handler_violations(name, 'function', fn, NULL, queue, max_attempts,
-                                                      NULL, max_running),
+                                                      NULL, max_running, unique_for),
                                 'VQ102', 'handler registration failed');
-    PERFORM vq.insert_handler(name, 'function', fn, NULL, queue, priority, max_attempts, max_running);
+    PERFORM vq.insert_handler(name, 'function', fn, NULL, queue, priority, max_attempts, max_running, unique_for);
 END
 $$;
 
 CREATE FUNCTION vq_register_notify_handler(name text, channel text, queue text DEFAULT NULL,
-                                           priority integer DEFAULT NULL, max_attempts integer DEFAULT NULL)
+                                           priority integer DEFAULT NULL, max_attempts integer DEFAULT NULL,
+                                           unique_for interval DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM vq.raise_violations(vq.handler_violations(name, 'notify', NULL, channel, queue, max_attempts),
+    PERFORM vq.raise_violations(vq.handler_violations(name, 'notify', NULL, channel, queue, max_attempts,
+                                                      NULL, NULL, unique_for),
                                 'VQ102', 'handler registration failed');
-    PERFORM vq.insert_handler(name, 'notify', NULL, channel, queue, priority, max_attempts);
+    PERFORM vq.insert_handler(name, 'notify', NULL, channel, queue, priority, max_attempts, NULL, unique_for);
 END
 $$;
 
 -- Register a set of handlers at once, or none: every violation in the set is reported in
 -- one error. Each element: {"name": ..., "function": "schema.fn(jsonb)" | "channel": ...,
--- "queue": ..., "priority": ..., "maxAttempts": ..., "maxRunning": ...}. Returns the number registered.
+-- "queue": ..., "priority": ..., "maxAttempts": ..., "maxRunning": ..., "uniqueFor": "<interval>"}.
+-- Returns the number registered.
 CREATE FUNCTION vq_register_handlers(handlers jsonb) RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    allowed constant text[] := ARRAY['name', 'function', 'channel', 'queue', 'priority', 'maxAttempts', 'maxRunning'];
+    allowed constant text[] := ARRAY['name', 'function', 'channel', 'queue', 'priority', 'maxAttempts', 'maxRunning',
+                                     'uniqueFor'];
     v text[] := '{}';
     h record;
     k text;
     label text;
     fn regprocedure;
+    unique_window interval;
     seen text[] := '{}';
     ok boolean;
     n int := 0;
@@ -1025,13 +1037,26 @@ BEGIN
         IF h.body ? 'queue' AND jsonb_typeof(h.body -> 'queue') <> 'string' THEN
             v := v || format('%s: queue must be a string', label);
         END IF;
+        unique_window := NULL;
+        IF h.body ? 'uniqueFor' THEN
+            BEGIN
+                unique_window := CASE WHEN jsonb_typeof(h.body -> 'uniqueFor') = 'string'
+                                      THEN (h.body ->> 'uniqueFor')::interval END;
+            EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow THEN
+                unique_window := NULL;
+            END;
+            IF unique_window IS NULL THEN
+                v := v || format('%s: uniqueFor must be an interval such as "10 minutes", got %s',
+                                 label, h.body -> 'uniqueFor');
+            END IF;
+        END IF;
         -- a missing or malformed function was reported above; do not report it twice
         v := v || pg_catalog.array_remove(
                       vq.handler_violations(h.body ->> 'name',
                                             CASE WHEN h.body ? 'function' THEN 'function' ELSE 'notify' END,
                                             fn, h.body ->> 'channel', h.body ->> 'queue',
                                             CASE WHEN ok THEN (h.body ->> 'maxAttempts')::bigint END, label,
-                                            CASE WHEN ok THEN (h.body ->> 'maxRunning')::bigint END),
+                                            CASE WHEN ok THEN (h.body ->> 'maxRunning')::bigint END, unique_window),
                       format('%s: function is missing', label));
     END LOOP;
     PERFORM vq.raise_violations(v, 'VQ102', 'handler registration failed');
@@ -1041,7 +1066,7 @@ BEGIN
                                   CASE WHEN h.body ? 'function' THEN 'function' ELSE 'notify' END,
                                   pg_catalog.to_regprocedure(h.body ->> 'function'), h.body ->> 'channel',
                                   h.body ->> 'queue', (h.body ->> 'priority')::int, (h.body ->> 'maxAttempts')::int,
-                                  (h.body ->> 'maxRunning')::int);
+                                  (h.body ->> 'maxRunning')::int, (h.body ->> 'uniqueFor')::interval);
         n := n + 1;
     END LOOP;
     RETURN n;
@@ -1065,8 +1090,8 @@ $$;
 REVOKE ALL ON FUNCTION vq.queue_violations(text, bigint, bigint, text, bigint, bigint, bigint, text[]),
                        vq.raise_violations(text[], text, text),
                        vq.override_violations(text, text, bigint, text, text, text[]),
-                       vq.handler_violations(text, text, regprocedure, text, text, bigint, text, bigint),
-                       vq.insert_handler(text, text, regprocedure, text, text, integer, integer, integer),
+                       vq.handler_violations(text, text, regprocedure, text, text, bigint, text, bigint, interval),
+                       vq.insert_handler(text, text, regprocedure, text, text, integer, integer, integer, interval),
                        vq_create_queue(text, integer, integer, text, integer, integer, integer),
                        vq_alter_queue(text, integer, integer, text, integer, integer, integer),
                        vq_drop_queue(text),
@@ -1075,8 +1100,8 @@ REVOKE ALL ON FUNCTION vq.queue_violations(text, bigint, bigint, text, bigint, b
                        vq_set_contract_override(text, text, integer, integer),
                        vq_drop_contract_override(text),
                        vq_configure(jsonb),
-                       vq_register_handler(text, regprocedure, text, integer, integer, integer),
-                       vq_register_notify_handler(text, text, text, integer, integer),
+                       vq_register_handler(text, regprocedure, text, integer, integer, integer, interval),
+                       vq_register_notify_handler(text, text, text, integer, integer, interval),
                        vq_register_handlers(jsonb),
                        vq_unregister_handler(text)
        FROM PUBLIC;
@@ -1581,7 +1606,8 @@ SELECT h.name,
        coalesce(o.priority, h.priority, 0) AS priority,
        coalesce(o.max_attempts, h.max_attempts, 3) AS max_attempts,
        (h.queue IS NOT NULL OR h.priority IS NOT NULL OR h.max_attempts IS NOT NULL) AS is_contract,
-       h.max_running
+       h.max_running,
+       h.unique_for
   FROM vq.handler h
   LEFT JOIN vq.contract_override o ON o.handler OPERATOR(pg_catalog.=) h.name;
 GRANT SELECT ON vq.handler_settings TO PUBLIC;

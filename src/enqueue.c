@@ -411,8 +411,8 @@ RunWrite(SPIPlanPtr plan, Datum *values, const char *nulls, int expected)
 
 /*
  * Insert one job; with a job_id, return the unfinished holder of that id
- * instead, and with a window (unique_for) also the job that holds the window,
- * whatever its state.
+ * instead, and with a window (unique_for, or else the handler's) also the
+ * job that holds the window, whatever its state.
  */
 static Datum
 InsertOne(const JobSpec *spec, Datum payload, bool payload_null, text *job_id, Interval *window)
@@ -426,6 +426,8 @@ InsertOne(const JobSpec *spec, Datum payload, bool payload_null, text *job_id, I
 
 	if (!payload_null)
 		VqCheckSize(payload, vq_max_payload_bytes, "payload", "vq.max_payload_bytes");
+	if (window == NULL && job_id != NULL)
+		window = spec->handler->unique_for; /* the handler's window, when the call gives none */
 	NewUuid(execution_id);
 	memset(nulls, ' ', sizeof(nulls));
 	BindCommon(spec, values, nulls);
@@ -617,6 +619,29 @@ FillHolders(ArrayType *job_ids, Datum *ids, int n, Oid role)
 }
 
 /*
+ * A batch with job_ids for a handler with an idempotency window: each job
+ * through InsertOne, which checks its window (an id repeated in the batch
+ * then maps to one job, as in the set-based insert). Returns the ids.
+ */
+static Datum *
+InsertEachInWindow(const JobSpec *spec, ArrayType *payloads, ArrayType *job_ids, int n)
+{
+	Datum	   *ids = palloc(sizeof(Datum) * n);
+	Datum	   *items;
+	bool	   *item_nulls;
+	Datum	   *keys;
+	bool	   *key_nulls;
+	int			nitems;
+	int			nkeys;
+
+	deconstruct_array(payloads, JSONBOID, -1, false, TYPALIGN_INT, &items, &item_nulls, &nitems);
+	deconstruct_array(job_ids, TEXTOID, -1, false, TYPALIGN_INT, &keys, &key_nulls, &nkeys);
+	for (int i = 0; i < n; i++)
+		ids[i] = InsertOne(spec, items[i], item_nulls[i], key_nulls[i] ? NULL : DatumGetTextPP(keys[i]), NULL);
+	return ids;
+}
+
+/*
  * vq_enqueue_many(handler, payloads jsonb[], run_at, queue, priority, max_attempts,
  * job_ids text[], metadata): one job per payload, inserted by one statement.
  * Returns the execution_ids in payload order.
@@ -673,6 +698,9 @@ vq_enqueue_many(PG_FUNCTION_ARGS)
 	}
 	if (n == 0)
 		PG_RETURN_ARRAYTYPE_P(construct_empty_array(UUIDOID));
+	if (job_ids != NULL && spec.handler->unique_for != NULL)
+		PG_RETURN_ARRAYTYPE_P(construct_array(InsertEachInWindow(&spec, payloads, job_ids, n), n, UUIDOID,
+											  UUID_LEN, false, TYPALIGN_CHAR));
 
 	memset(nulls, ' ', sizeof(nulls));
 	BindCommon(&spec, values, nulls);

@@ -28,6 +28,7 @@
 #include "commands/trigger.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/timestamp.h"
 #include "utils/fmgroids.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
@@ -130,6 +131,21 @@ ColumnInt32(ConfigRow *row, const char *name, bool *isnull)
 	if (isnull)
 		*isnull = n;
 	return n ? 0 : DatumGetInt32(d);
+}
+
+/* An interval column copied into the registry context (NULL stays NULL). */
+static Interval *
+ColumnInterval(ConfigRow *row, const char *name)
+{
+	bool		isnull;
+	Datum		d = Column(row, name, &isnull);
+	Interval   *copy;
+
+	if (isnull)
+		return NULL;
+	copy = MemoryContextAlloc(registry_context, sizeof(Interval));
+	memcpy(copy, DatumGetIntervalP(d), sizeof(Interval));
+	return copy;
 }
 
 /* A boolean column (false when NULL). */
@@ -275,6 +291,7 @@ LoadHandler(ConfigRow *row, VqRegistry *reg)
 	h->max_running = ColumnInt32(row, "max_running", &max_running_null);
 	if (max_running_null)
 		h->max_running = 0;
+	h->unique_for = ColumnInterval(row, "unique_for");
 	h->name_datum = RegistryText(name);
 	h->address_datum = RegistryText(h->address);
 	if (!h->is_function)

@@ -7,6 +7,8 @@
 
 #include "postgres.h"
 
+#include "datatype/timestamp.h"
+
 #include "fmgr.h"
 #include "nodes/pg_list.h"
 
@@ -42,6 +44,7 @@ typedef struct VqHandler
 	int32		priority;
 	int32		max_attempts;
 	int32		max_running;	/* most of its jobs running at once (0: no limit but the queue's) */
+	Interval   *unique_for;		/* idempotency window of its jobs with a job_id (NULL: none) */
 	List	   *producers;		/* NOTIFY handler: vq.producer_grant grantees (Oids) */
 	Datum		name_datum;		/* text, for SPI parameters */
 	Datum		address_datum;	/* text, for SPI parameters */

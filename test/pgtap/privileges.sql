@@ -113,8 +113,8 @@ RESET ROLE;
 SELECT is(has_function_privilege('public', f, 'EXECUTE'), may,
           format('PUBLIC %s execute %s', CASE WHEN may THEN 'may' ELSE 'may not' END, f))
   FROM (VALUES
-    ('vq_register_handler(text, regprocedure, text, integer, integer, integer)', false),
-    ('vq_register_notify_handler(text, text, text, integer, integer)', false),
+    ('vq_register_handler(text, regprocedure, text, integer, integer, integer, interval)', false),
+    ('vq_register_notify_handler(text, text, text, integer, integer, interval)', false),
     ('vq_register_handlers(jsonb)', false),
     ('vq_unregister_handler(text)', false),
     ('vq_configure(jsonb)', false),
@@ -169,8 +169,8 @@ SELECT throws_ok(call, '42501', format('permission denied for function %s', fn),
 RESET ROLE;
 
 -- A role granted EXECUTE on some configuration functions may call those, and only those.
-GRANT EXECUTE ON FUNCTION vq_register_handler(text, regprocedure, text, integer, integer, integer),
-                          vq_register_notify_handler(text, text, text, integer, integer),
+GRANT EXECUTE ON FUNCTION vq_register_handler(text, regprocedure, text, integer, integer, integer, interval),
+                          vq_register_notify_handler(text, text, text, integer, integer, interval),
                           vq_register_handlers(jsonb),
                           vq_unregister_handler(text),
                           vq_create_queue(text, integer, integer, text, integer, integer, integer),

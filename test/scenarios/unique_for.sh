@@ -8,6 +8,9 @@
 #   2. concurrency, with the executors running the jobs as they come: 6 sessions enqueue the same
 #      150 ids in different orders, one statement per transaction: exactly one job per id, and
 #      every call for an id returned that job's execution_id.
+#   3. a handler's window (vq_register_handler(..., unique_for), "uniqueFor" in
+#      vq_register_handlers) applies to its jobs with a job_id and no unique_for of their own,
+#      vq_enqueue_many included; a call's unique_for takes precedence; invalid values refused.
 # Runs against $PGDATABASE (a fresh database with vq_job); exits non-zero on failure.
 # shellcheck disable=SC2119  # qs reads its script from stdin, not from arguments
 set -euo pipefail
@@ -82,4 +85,38 @@ assert_eq 0 "$(q "SELECT count(*) FROM uf_calls c LEFT JOIN vq.job j ON j.job_id
                    WHERE j.execution_id IS DISTINCT FROM c.execution_id")" \
     "calls that returned another execution_id than their id's job"
 wait_for "SELECT NOT EXISTS (SELECT 1 FROM vq.job WHERE job_id LIKE 'c%' AND state <> 'COMPLETED')" 30 "the 150 jobs COMPLETED"
+
+log "3. a handler's window: its jobs with a job_id and no unique_for of their own"
+qs >/dev/null <<'SQL'
+SELECT vq_register_handler('uf_window', 'uf_noop(jsonb)', queue => 'uf', unique_for => '1 hour');
+SELECT vq_register_handlers('[{"name": "uf_bulk", "function": "public.uf_noop(jsonb)", "uniqueFor": "2 hours"},
+                              {"name": "uf_notify", "channel": "uf_ch", "uniqueFor": "5 minutes"}]');
+SQL
+assert_eq "uf_bulk|02:00:00 uf_notify|00:05:00 uf_window|01:00:00" \
+    "$(q "SELECT string_agg(name || '|' || unique_for, ' ' ORDER BY name) FROM vq.handler_settings WHERE name LIKE 'uf\_%' AND unique_for IS NOT NULL")" \
+    "handler_settings.unique_for"
+H="$(q "SELECT vq_enqueue('uf_window', '{}', job_id => 'h')")"
+wait_state "$H" COMPLETED 10
+assert_eq "$H" "$(q "SELECT vq_enqueue('uf_window', '{}', job_id => 'h')")" "id h again after its job COMPLETED"
+assert_eq "$H|$H|$H" "$(q "SELECT array_to_string(vq_enqueue_many('uf_window', ARRAY['{}', '{}', '{}']::jsonb[],
+                                   job_ids => ARRAY['h', 'h', 'h']), '|')")" "vq_enqueue_many of id h x3"
+B="$(q "SELECT array_to_string(vq_enqueue_many('uf_window', ARRAY['{}', '{}']::jsonb[], job_ids => ARRAY['b', NULL]), ',')")"
+wait_state "${B%%,*}" COMPLETED 10
+assert_eq "${B%%,*}" "$(q "SELECT (vq_enqueue_many('uf_window', ARRAY['{}']::jsonb[], job_ids => ARRAY['b']))[1]")" \
+    "a batch's id b again after its job COMPLETED"
+N="$(q "SELECT vq_enqueue('uf_window', '{}', job_id => 'n', unique_for => '300 ms')")"
+wait_state "$N" COMPLETED 10
+wait_for "SELECT now() > until FROM vq.job_id_window WHERE job_id = 'n'" 5 "the call's own window of id n to end"
+[[ "$(q "SELECT vq_enqueue('uf_window', '{}', job_id => 'n')")" != "$N" ]] ||
+    fail "the call's unique_for (300 ms) did not take precedence over the handler's (1 hour)"
+G="$(q "SELECT vq_enqueue('uf_noop', '{}', job_id => 'g')")"
+wait_state "$G" COMPLETED 10
+[[ "$(q "SELECT vq_enqueue('uf_noop', '{}', job_id => 'g')")" != "$G" ]] ||
+    fail "a handler without a window kept the id of a finished job"
+out="$(psql -XAtq -v VERBOSITY=verbose -c "SELECT vq_register_handler('uf_bad', 'uf_noop(jsonb)', unique_for => '-1 s')" 2>&1)" &&
+    fail "a handler's unique_for of -1 s was accepted"
+grep -q 'unique_for must be a positive interval' <<<"$out" || fail "a handler's negative unique_for: $out"
+out="$(psql -XAtq -c "SELECT vq_register_handlers('[{\"name\": \"uf_bad\", \"function\": \"public.uf_noop(jsonb)\", \"uniqueFor\": 5}]')" 2>&1)" &&
+    fail "a uniqueFor that is not an interval string was accepted"
+grep -q 'uniqueFor must be an interval' <<<"$out" || fail "uniqueFor 5: $out"
 log "PASS"

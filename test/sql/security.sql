@@ -251,7 +251,7 @@ RESET search_path;
 
 CREATE FUNCTION public.sec_hj_fn(jsonb) RETURNS void LANGUAGE sql AS '';
 GRANT EXECUTE ON FUNCTION
-    vq_register_handler(text, regprocedure, text, integer, integer, integer),
+    vq_register_handler(text, regprocedure, text, integer, integer, integer, interval),
     vq_register_handlers(jsonb),
     vq_unregister_handler(text),
     vq_configure(jsonb),
