@@ -128,8 +128,10 @@ CREATE TABLE vq.job_active PARTITION OF vq.job (CONSTRAINT job_active_pkey PRIMA
 -- (execution_id breaks ties, so a claim can resume exactly where the previous one ended).
 CREATE INDEX job_claim_idx ON vq.job_active (queue, priority DESC, scheduled_at, execution_id)
     WHERE state = 'ENQUEUED';
--- Jobs claimed visibly, for the rescue of those whose executor died.
-CREATE INDEX job_running_idx ON vq.job_active (worker_pid) WHERE state = 'RUNNING';
+-- Jobs claimed visibly, for the rescue of those whose executor died; with worker_pid NULL,
+-- the NOTIFY jobs in flight, by queue: a queue's claim counts its own (VqExternalInFlight)
+-- without stepping over the row versions of every other queue's NOTIFY jobs.
+CREATE INDEX job_running_idx ON vq.job_active (worker_pid, queue) WHERE state = 'RUNNING';
 -- job_id is an idempotency key among the unfinished jobs (the rows of this partition) of the
 -- role that enqueued them: each role has its own, so no role can take or probe another's ids.
 CREATE UNIQUE INDEX job_active_job_id_key ON vq.job_active (enqueued_by, job_id);

@@ -181,6 +181,7 @@ VqCompactJobTable(TimestampTz now)
 				rows,
 				vacuums;
 	bool		rewrote = false;
+	TimestampTz started = 0;
 
 	if (!TimestampDifferenceExceeds(state.last_check, now, COMPACT_CHECK_MS))
 		return;
@@ -190,6 +191,7 @@ VqCompactJobTable(TimestampTz now)
 	if (RewriteDue(bytes, rows, vacuums))
 	{
 		rows = CountRowsUpTo(COMPACT_MAX_ROWS);
+		started = GetCurrentTimestamp();
 		rewrote = rows <= COMPACT_MAX_ROWS && RewriteTable();
 		if (rewrote || rows > COMPACT_MAX_ROWS)
 			state.wanted = false;	/* else the lock was not granted in time: again at the next check */
@@ -197,7 +199,8 @@ VqCompactJobTable(TimestampTz now)
 	VqCommitTransaction();
 	if (rewrote)
 		ereport(LOG,
-				(errmsg("vq_job: rewrote vq.job_active (%lld MB, %lld rows) to give back the space vacuum had freed",
-						(long long) (bytes / (1024 * 1024)), (long long) rows),
+				(errmsg("vq_job: rewrote vq.job_active (%lld MB, %lld rows) to give back the space vacuum had freed, in %ld ms",
+						(long long) (bytes / (1024 * 1024)), (long long) rows,
+						(long) ((GetCurrentTimestamp() - started) / 1000)),
 				 errdetail("A snapshot held for long had kept vacuum from removing the versions of ended jobs.")));
 }

@@ -370,6 +370,21 @@ CheckExtension(TimestampTz now)
 /* ---- housekeeping -------------------------------------------------------------------- */
 
 /*
+ * Whether this executor looks at the database's NOTIFY jobs in flight now
+ * (announce again those no consumer took, abandon those no reply came for):
+ * one executor per RESCUE_INTERVAL_MS, whichever comes first, since each look
+ * walks every RUNNING version of a NOTIFY job that vacuum has not removed.
+ */
+static bool
+TakeNotifySweepTurn(TimestampTz now)
+{
+	uint64		last = pg_atomic_read_u64(&VqMyDatabaseSlot->notify_sweep_at);
+
+	return !TimestampDifferenceExceeds((TimestampTz) last, now, RESCUE_INTERVAL_MS) ? false :
+		pg_atomic_compare_exchange_u64(&VqMyDatabaseSlot->notify_sweep_at, &last, (uint64) now);
+}
+
+/*
  * Between claims, in a short transaction of its own when any is due: make
  * sure the extension is still there (a CREATE or DROP EXTENSION also moves
  * the slot's generation), abandon jobs of dead executors, announce again
@@ -404,10 +419,11 @@ Housekeeping(TimestampTz now)
 	if (rescue)
 	{
 		VqRegistry *registry = VqRegistryPin();
+		bool		notify_turn = registry->has_notify_handlers && TakeNotifySweepTurn(now);
 
-		if (VqRescueOrphans(registry, now) > 0)
+		if (VqRescueOrphans(registry, now, notify_turn) > 0)
 			VqPollAllNow(now);
-		if (registry->has_notify_handlers)
+		if (notify_turn)
 			reserved = VqReannounceWaiting(registry, now);
 		VqRegistryRelease(registry);
 		last_rescue = now;

@@ -353,31 +353,39 @@ typedef struct RunningJob
 	" FROM vq.job_active WHERE state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state"
 
 /*
- * The RUNNING jobs that may be orphans: announced longer ago than the
- * timeout, and, when executors is true, run by an executor.
+ * The RUNNING jobs that may be orphans: when executors is true, those run by
+ * an executor; when notify is true, NOTIFY jobs taken longer ago than the
+ * timeout.
  */
 static List *
-ReadRescueCandidates(TimestampTz now, bool executors)
+ReadRescueCandidates(TimestampTz now, bool executors, bool notify)
 {
+	static SPIPlanPtr both_plan = NULL;
 	static SPIPlanPtr executors_plan = NULL;
 	static SPIPlanPtr notify_plan = NULL;
 	Datum		values[1];
+	SPIPlanPtr	plan;
 	List	   *jobs = NIL;
 
-	if (!executors && vq_execution_timeout_ms <= 0)
+	notify = notify && vq_execution_timeout_ms > 0;
+	if (!executors && !notify)
 		return NIL;
 	values[0] = TimestampTzGetDatum(vq_execution_timeout_ms > 0
 									? TimestampTzPlusMilliseconds(now, -(int64) vq_execution_timeout_ms)
 									: DT_NOBEGIN);
 	/* (custom plans, for the reason given at VqExternalInFlight) */
-	if (SPI_execute_plan(executors
-						 ? VqKeepCustomPlan(&executors_plan, RESCUE_CANDIDATES
-											" AND (worker_pid IS NOT NULL OR consumer_claimed_at OPERATOR(pg_catalog.<) $1)",
-											1, (Oid[]) {TIMESTAMPTZOID})
-						 : VqKeepCustomPlan(&notify_plan, RESCUE_CANDIDATES
-											" AND worker_pid IS NULL AND consumer_claimed_at OPERATOR(pg_catalog.<) $1",
-											1, (Oid[]) {TIMESTAMPTZOID}),
-						 values, NULL, true, 0) != SPI_OK_SELECT)
+	if (executors && notify)
+		plan = VqKeepCustomPlan(&both_plan, RESCUE_CANDIDATES
+								" AND (worker_pid IS NOT NULL OR consumer_claimed_at OPERATOR(pg_catalog.<) $1)",
+								1, (Oid[]) {TIMESTAMPTZOID});
+	else if (executors)
+		plan = VqKeepCustomPlan(&executors_plan, RESCUE_CANDIDATES " AND worker_pid IS NOT NULL",
+								1, (Oid[]) {TIMESTAMPTZOID});
+	else
+		plan = VqKeepCustomPlan(&notify_plan, RESCUE_CANDIDATES
+								" AND worker_pid IS NULL AND consumer_claimed_at OPERATOR(pg_catalog.<) $1",
+								1, (Oid[]) {TIMESTAMPTZOID});
+	if (SPI_execute_plan(plan, values, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "vq_job: looking for orphaned jobs failed");
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
@@ -421,12 +429,13 @@ ReadRescueCandidates(TimestampTz now, bool executors)
  *
  * The jobs run by executors are looked at when this process starts (after a
  * crash or a promotion), when an executor of the database has left its slot
- * since the last look, and every RESCUE_SWEEP_MS: not at every call, since
- * the search walks every index entry of a RUNNING version that vacuum has
- * not removed yet, and a long-held snapshot keeps all of them.
+ * since the last look, and every RESCUE_SWEEP_MS; NOTIFY jobs when notify
+ * is true (one executor per second): not at every call of every executor,
+ * since the search walks every index entry of a RUNNING version that vacuum
+ * has not removed yet, and a long-held snapshot keeps all of them.
  */
 int
-VqRescueOrphans(VqRegistry *registry, TimestampTz now)
+VqRescueOrphans(VqRegistry *registry, TimestampTz now, bool notify)
 {
 	static uint64 exits_seen = PG_UINT64_MAX;
 	static TimestampTz executors_looked_at = 0;
@@ -442,7 +451,7 @@ VqRescueOrphans(VqRegistry *registry, TimestampTz now)
 		exits_seen = exits;
 		executors_looked_at = now;
 	}
-	foreach(lc, ReadRescueCandidates(now, executors))
+	foreach(lc, ReadRescueCandidates(now, executors, notify))
 	{
 		RunningJob *r = lfirst(lc);
 		VqOutcome	outcome;
@@ -544,7 +553,7 @@ VqExternalInFlight(VqQueue *queue, TimestampTz now)
 	 * vq.job_active was empty (after a VACUUM or ANALYZE of it) is a
 	 * sequential scan, which every claim would then pay over the whole due
 	 * backlog; planned with the table's current size, it is a scan of
-	 * job_running_idx (worker_pid IS NULL: only the NOTIFY jobs in flight).
+	 * job_running_idx (worker_pid IS NULL and the queue: only its NOTIFY jobs in flight).
 	 */
 	if (SPI_execute_plan(VqKeepCustomPlan(&inflight_plan,
 								  "SELECT pg_catalog.count(*)::pg_catalog.int4 FROM vq.job_active"

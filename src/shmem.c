@@ -51,6 +51,7 @@ InitDatabaseSlot(VqDatabaseSlot *slot, LWLock *lock)
 	pg_atomic_init_u64(&slot->extension_generation, 0);
 	pg_atomic_init_u32(&slot->executors_wanted, 0);
 	pg_atomic_init_u64(&slot->executor_exits, 0);
+	pg_atomic_init_u64(&slot->notify_sweep_at, 0);
 	for (int i = 0; i < VQ_HANDLER_TIMINGS; i++)
 		pg_atomic_init_u64(&slot->handler_timings[i], 0);
 	for (int i = 0; i < VQ_MAX_EXECUTORS; i++)

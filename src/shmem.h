@@ -201,6 +201,7 @@ typedef struct VqDatabaseSlot
 	pg_atomic_uint64 cancel_seq[VQ_MAX_EXECUTORS];	/* run to flag cancelled, per executor */
 	pg_atomic_uint32 executors_wanted;	/* most executors any executor asked for since the launcher took it */
 	pg_atomic_uint64 executor_exits;	/* executors of this database that left their slot */
+	pg_atomic_uint64 notify_sweep_at;	/* when an executor last looked at the NOTIFY jobs in flight */
 	/* handlers' recent execution times, shared so a new executor knows which run inline (see executor.c) */
 	pg_atomic_uint64 handler_timings[VQ_HANDLER_TIMINGS];
 	VqClaimPositions positions; /* under the slot's lock: advanced by claims, lowered by commits */

@@ -9,7 +9,7 @@
 #                SELECT vq_enqueue_many('bn_notify', <10 payloads>);   -> 500 NOTIFY jobs/s
 #                SELECT vq_outbox_publish('bn_noop', <payload>) x 5;   -> 250 outbox rows/s
 #   consumers  pgbench, 2 clients, no rate limit (they poll as fast as they can):
-#                SELECT count(vq_complete(execution_id, attempt_number)) FROM vq_pull('bn_notify', 50);
+#                SELECT count(vq_complete(execution_id, attempt)) FROM vq_pull('bn_notify', 50);
 # Phases (NOTIFY_BEFORE_SECS / NOTIFY_HELD_SECS / NOTIFY_AFTER_SECS, default 60 / 300 / 60;
 # NOTIFY_QUICK=1: 30 / 60 / 30): load only; load with a REPEATABLE READ snapshot held by a
 # session idle in transaction (vacuum can remove nothing); load after its COMMIT.
@@ -84,7 +84,9 @@ cat >"$TMPD/produce.sql" <<'SQL'
 SELECT vq_enqueue_many('bn_notify', ARRAY(SELECT jsonb_build_object('n', g) FROM generate_series(1, 10) g));
 SELECT count(vq_outbox_publish('bn_noop', jsonb_build_object('n', g))) FROM generate_series(1, 5) g;
 SQL
-echo "SELECT count(vq_complete(execution_id, attempt_number)) FROM vq_pull('bn_notify', 50);" >"$TMPD/consume.sql"
+echo "SELECT count(vq_complete(execution_id, attempt)) FROM vq_pull('bn_notify', 50);" >"$TMPD/consume.sql"
+# both scripts once, so that a mistake fails now rather than after the run
+"${PSQL[@]}" -d "$DB" -f "$TMPD/produce.sql" -f "$TMPD/consume.sql" >/dev/null
 
 # executor_cpu_ms: CPU time so far (ms) of this database's executors
 executor_cpu_ms() {
@@ -117,8 +119,10 @@ for ((k = 1; k * INTERVAL <= TOTAL; k++)); do
         exec {HOLDER_FD}>&-
         HOLDER_FD=""
     fi
+    kill -0 "${PIDS[0]}" 2>/dev/null && kill -0 "${PIDS[1]}" 2>/dev/null ||
+        { echo "notify bench: a pgbench ended early" >&2; cat "$TMPD"/*.log >&2; exit 1; }
     target="$(awk -v s="$start" -v t=$((k * INTERVAL)) 'BEGIN { printf "%.3f", s + t }')"
-    sleep "$(awk -v t="$target" -v n="$(date +%s.%N)" 'BEGIN { d = t - n; printf "%.3f", d > 0 ? d : 0 }')"
+    sleep "$(awk -v t="$target" -v n="$(date +%s.%N)" 'BEGIN { d = t - n; printf "%.3f", (d > 0 ? d : 0) }')"
     printf '%s\t%s\t%s\t%s\n' "$k" "$(date +%s.%N)" "$(executor_cpu_ms)" \
         "$(q "SELECT round(pg_total_relation_size('vq.job_active') / 1048576.0, 1)")" >>"$TMPD/samples.tsv"
 done
@@ -160,11 +164,13 @@ printf '%-6s %-7s %7s %8s %9s %8s %8s %8s %9s %9s %7s %8s %7s\n' end_s phase end
 awk -F'\t' '{ printf "%-6s %-7s %7s %8s %9s %8s %8s %8s %9s %9s %7s %8s %7s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13 }' \
     "$TMPD/windows.tsv"
 
-summary() { # PHASE FILTER
-    awk -F'\t' -v ph="$1" '$2 == ph { if ($5 + 0 > p99) p99 = $5 + 0; if ($9 + 0 > r99) r99 = $9 + 0; c[n++] = $10 + 0 }
-        END { asort(c); m = n ? (n % 2 ? c[(n + 1) / 2] : (c[n / 2] + c[n / 2 + 1]) / 2) : 0
-              printf "  %-7s worst NOTIFY p99 %s ms, worst relay p99 %s ms, executor CPU median %s ms/s\n", ph, p99, r99, m }' \
-        "$TMPD/windows.tsv"
+summary() { # PHASE
+    local worst med
+    worst="$(awk -F'\t' -v ph="$1" '$2 == ph { if ($5 + 0 > p99) p99 = $5 + 0; if ($9 + 0 > r99) r99 = $9 + 0 }
+                END { printf "worst NOTIFY p99 %s ms, worst relay p99 %s ms", p99, r99 }' "$TMPD/windows.tsv")"
+    med="$(awk -F'\t' -v ph="$1" '$2 == ph && $10 != "" { print $10 + 0 }' "$TMPD/windows.tsv" | sort -n |
+           awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }')"
+    printf '  %-7s %s, executor CPU median %s ms/s\n' "$1" "$worst" "${med:--}"
 }
 log
 log "summary"
