@@ -696,9 +696,9 @@ JobBehindPosition(VqQueue *queue, VqClaimScan *level, TimestampTz now, VqClaimKe
 }
 
 /*
- * The claim positions' safety net (executor 0, every minute): a due job that
- * no claim holds and that is before its level's position would never be
- * claimed; every commit that puts a job there lowers the position, so there
+ * The claim positions' safety net (executor 0, every 10 s or less often,
+ * see executor.c): a due job that no claim holds and that is before its
+ * level's position would never be claimed; every commit that puts a job there lowers the position, so there
  * should be none. Each one found moves its level's position back to it, and
  * one there for more than a second (not a commit about to lower it) is
  * logged. This walks what the claims skip (under a long-held snapshot, the

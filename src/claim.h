@@ -43,7 +43,7 @@ extern bool VqClaimNext(VqRegistry *registry, TimestampTz now, bool use_hint,
 /* The earliest scheduled_at of an ENQUEUED job still in the future, or VQ_NO_NEXT_DUE. */
 extern TimestampTz VqEarliestFutureDue(VqRegistry *registry, TimestampTz now);
 
-/* Executor 0, every minute: move claim positions back to any due job they passed (see claim.c). */
+/* Executor 0, every few seconds: move claim positions back to any due job they passed (see claim.c). */
 extern void VqCheckClaimPositions(VqRegistry *registry, TimestampTz now);
 
 /*

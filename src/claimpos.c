@@ -25,9 +25,9 @@
  *    have released claimed jobs without lowering) and when jobs are made due
  *    by other means (vq_redrive); then each queue's levels are learnt again
  *    with a query, and scanned from their start once.
- * A safety net checks it: every minute executor 0 looks for a due job behind
- * each level's position, and moves the position back to any it finds (claim.c,
- * VqCheckClaimPositions).
+ * A safety net checks it: every 10 s (less often when a look takes long)
+ * executor 0 looks for a due job behind each level's position, and moves the
+ * position back to any it finds (claim.c, VqCheckClaimPositions).
  * A future job needs nothing: within its level, no claim can pass its key
  * before it is due. A queue whose levels are not all known, or a database
  * with more levels than fit (VQ_MAX_CLAIM_LEVELS), is claimed the plain way.

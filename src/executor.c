@@ -91,10 +91,14 @@ PGDLLEXPORT void vq_executor_main(Datum arg);
 /*
  * How often executor 0 looks for due jobs behind the claim positions: a
  * safety net, as the relay's periodic full scan is, so that a job whose
- * return behind a position was missed (it should never be) waits a minute at
- * most, never until a restart.
+ * return behind a position was missed (it should never be) waits seconds,
+ * never until a restart. Every POSITIONS_CHECK_MS, or less often when a look
+ * takes long (it walks what the claims skip, all the index entries a held
+ * snapshot keeps): the executor spends at most 1/POSITIONS_CHECK_SHARE of
+ * its time on it.
  */
-#define POSITIONS_CHECK_MS 60000
+#define POSITIONS_CHECK_MS 10000
+#define POSITIONS_CHECK_SHARE 50
 /* How often executor 0 deletes expired finished jobs. */
 #define RETENTION_INTERVAL_MS 1000
 /* How often an executor makes sure the extension still exists (DROP EXTENSION also tells it). */
@@ -117,7 +121,7 @@ static MemoryContext cycle_context = NULL;
 
 /* housekeeping schedule */
 static TimestampTz last_rescue = 0;
-static TimestampTz last_positions_check = 0;
+static TimestampTz next_positions_check = 0;
 static TimestampTz last_retention = 0;
 static TimestampTz last_progress_flush = 0;
 static TimestampTz last_extension_check = 0;
@@ -400,7 +404,7 @@ Housekeeping(TimestampTz now)
 	bool		flush = vq_progress_flush_interval_ms > 0 &&
 		TimestampDifferenceExceeds(last_progress_flush, now, vq_progress_flush_interval_ms);
 	bool		positions = VqMyExecutorIndex == 0 &&
-		TimestampDifferenceExceeds(last_positions_check, now, POSITIONS_CHECK_MS);
+		now >= next_positions_check;
 	bool		reserved = false;
 
 	if (!check && !rescue && !flush && !positions)
@@ -414,7 +418,8 @@ Housekeeping(TimestampTz now)
 
 		VqCheckClaimPositions(registry, now);
 		VqRegistryRelease(registry);
-		last_positions_check = now;
+		next_positions_check = now + Max((TimestampTz) POSITIONS_CHECK_MS * 1000,
+										 (GetCurrentTimestamp() - now) * POSITIONS_CHECK_SHARE);
 	}
 	if (rescue)
 	{
