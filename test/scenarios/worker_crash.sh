@@ -108,6 +108,10 @@ run_phase() {
         pid="$(head -n 1 <<<"$old_pids")"
     fi
     running_kill="$(q "SELECT count(*) FROM vq.job WHERE handler = '$handler' AND state = 'RUNNING'")"
+    # the jobs RUNNING on that executor now; the victim is chosen among them after the restart
+    local on_victim=""
+    [[ -n "$victim" ]] && on_victim="$(q "SELECT string_agg(quote_literal(execution_id::text), ',') FROM vq.job
+                                         WHERE handler = '$handler' AND state = 'RUNNING' AND worker_pid = $pid")"
     log "[$phase] kill -9 executor $pid ($(q "SELECT count(*) FROM $effect") effects, $running_kill RUNNING)"
     t_kill="$(now_s)"
     kill -9 "$pid" || fail "[$phase] could not kill executor $pid"
@@ -123,13 +127,23 @@ run_phase() {
     done
     log "[$phase] server back after the kill in $(awk -v a="$t_kill" -v b="$(now_s)" 'BEGIN { printf "%.2f", b - a }') s"
 
-    # --- immediate stop of the whole server ---------------------------------
-    if [[ -n "$victim" ]]; then
-        wait_for "SELECT EXISTS (SELECT 1 FROM vq.job_transition WHERE execution_id = '$victim'
+    if [[ -n "$on_victim" ]]; then
+        # A job seen RUNNING may have ended before the kill struck (its handler sleeps 1 s): the
+        # victim is one of the executor's jobs that had not COMPLETED by then.
+        victim="$(q "SELECT j.execution_id FROM vq.job j WHERE j.execution_id::text IN ($on_victim)
+                       AND NOT EXISTS (SELECT 1 FROM vq.job_transition t WHERE t.execution_id = j.execution_id
+                                         AND t.kind = 'COMPLETED' AND t.at < to_timestamp($t_kill))
+                     ORDER BY j.execution_id LIMIT 1")"
+        if [[ -z "$victim" ]]; then
+            log "[$phase] every job RUNNING on executor $pid completed before the kill struck: no victim to follow"
+        else
+            wait_for "SELECT EXISTS (SELECT 1 FROM vq.job_transition WHERE execution_id = '$victim'
                                AND kind = 'ABANDONED' AND error ~ 'executor process $pid\\M')" 10 \
-            "[$phase] job $victim (RUNNING on the killed executor $pid) to be ABANDONED"
+                "[$phase] job $victim (RUNNING on the killed executor $pid) to be ABANDONED"
+        fi
     fi
 
+    # --- immediate stop of the whole server ---------------------------------
     wait_for "SELECT count(*) >= $STOP_AT FROM $effect" 60 "[$phase] $STOP_AT effects"
     local stop_victim=""
     if [[ "$phase" == visible ]]; then
