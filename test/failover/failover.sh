@@ -115,13 +115,15 @@ ensure_package() {
         --no-install-recommends postgresql-15-auto-failover </dev/null >/dev/null
 }
 
-# sampler NAME: "epoch_ms in_recovery default_transaction_read_only executors" every 50 ms.
+# sampler NAME: "epoch_ms in_recovery default_transaction_read_only executors sync_off" every
+# 50 ms (sync_off: synchronous_standby_names is empty, the node's commits wait for no standby).
 sampler() {
     local name="$1"
     while [[ ! -e "$FO_DIR/stop" ]]; do
         printf '%s\n' "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint, pg_is_in_recovery(),
                               current_setting('default_transaction_read_only'),
-                              count(*) FILTER (WHERE backend_type = 'vq_job executor')
+                              count(*) FILTER (WHERE backend_type = 'vq_job executor'),
+                              current_setting('synchronous_standby_names') = ''
                          FROM pg_stat_activity" '\watch 0.05' |
             psql "host=localhost port=${FO_PORTS[$name]} dbname=app user=postgres connect_timeout=1" \
                 -XAtq -F ' ' -f - >>"$FO_DIR/sample.$name" 2>/dev/null || true
@@ -246,7 +248,7 @@ workers_sql="SELECT count(*) FILTER (WHERE backend_type = 'vq_job launcher') || 
 # is out of recovery (promoted), also accepting writes (writable), or has executors (executors).
 first_sample() {
     awk -v after="$2" -v what="$3" '
-        $1 > after && NF == 4 && $2 == "f" &&
+        $1 > after && NF == 5 && $2 == "f" &&
         (what == "promoted" || (what == "writable" && $3 == "off") || (what == "executors" && $4 > 0)) {
             print $1; exit
         }' "$FO_DIR/sample.$1" 2>/dev/null
@@ -362,6 +364,17 @@ primary="$(fo_primary)"
 fo_on "$primary" wait_for "SELECT count(*) = 0 FROM vq.job_active" 60 "every job finished on $primary"
 cat "$FO_DIR"/acked.* >"$FO_DIR/acked.all" 2>/dev/null || :
 touch "$FO_DIR/async_windows"
+# pg_auto_failover also turns synchronous replication off by itself, for a moment, while a
+# standby (re)joins or is not healthy (wait_primary): the samples where a primary's
+# synchronous_standby_names was empty are asynchronous windows too (50 ms margins)
+for name in node1 node2; do
+    awk -v port="${FO_PORTS[$name]}" '
+        NF == 5 { async = ($2 == "f" && $5 == "t")
+                  if (async && !open) { from = $1 - 50; open = 1 }
+                  if (!async && open) { printf "%d %d %d\n", from, $1, port; open = 0 }
+                  last = $1 }
+        END { if (open) printf "%d %d %d\n", from, last + 50, port }' "$FO_DIR/sample.$name" >>"$FO_DIR/async_windows" 2>/dev/null || :
+done
 cut -d ' ' -f 1 "$FO_DIR"/doubt.* >"$FO_DIR/doubt.all" 2>/dev/null || :
 figures="$(fo_on "$primary" qs <<SQL
 CREATE TEMP TABLE acked (k text, start_ms bigint, end_ms bigint, port int);
@@ -421,7 +434,7 @@ assert_eq 0 "$n_failed" "FAILED transitions (handler errors)"
 
 # executors never on a standby, by every sample of both nodes
 read -r n_samples n_standby n_bad <<<"$(cat "$FO_DIR"/sample.* |
-    awk 'NF == 4 { n++; if ($2 == "t") { s++; if ($4 > 0) b++ } } END { print n + 0, s + 0, b + 0 }')"
+    awk 'NF == 5 { n++; if ($2 == "t") { s++; if ($4 > 0) b++ } } END { print n + 0, s + 0, b + 0 }')"
 ((n_standby > 0)) || fail "no sample was taken on a standby"
 assert_eq 0 "$n_bad" "samples of a standby with a vq_job executor (of $n_standby in recovery)"
 
