@@ -354,32 +354,27 @@ typedef struct RunningJob
 
 /*
  * The RUNNING jobs that may be orphans: when executors is true, those run by
- * an executor; when notify is true, NOTIFY jobs taken longer ago than the
- * timeout.
+ * an executor and the NOTIFY jobs taken longer ago than the timeout; when
+ * only notify is true, those NOTIFY jobs.
  */
 static List *
 ReadRescueCandidates(TimestampTz now, bool executors, bool notify)
 {
-	static SPIPlanPtr both_plan = NULL;
 	static SPIPlanPtr executors_plan = NULL;
 	static SPIPlanPtr notify_plan = NULL;
 	Datum		values[1];
 	SPIPlanPtr	plan;
 	List	   *jobs = NIL;
 
-	notify = notify && vq_execution_timeout_ms > 0;
-	if (!executors && !notify)
+	if (!executors && !(notify && vq_execution_timeout_ms > 0))
 		return NIL;
 	values[0] = TimestampTzGetDatum(vq_execution_timeout_ms > 0
 									? TimestampTzPlusMilliseconds(now, -(int64) vq_execution_timeout_ms)
 									: DT_NOBEGIN);
 	/* (custom plans, for the reason given at VqExternalInFlight) */
-	if (executors && notify)
-		plan = VqKeepCustomPlan(&both_plan, RESCUE_CANDIDATES
+	if (executors)
+		plan = VqKeepCustomPlan(&executors_plan, RESCUE_CANDIDATES
 								" AND (worker_pid IS NOT NULL OR consumer_claimed_at OPERATOR(pg_catalog.<) $1)",
-								1, (Oid[]) {TIMESTAMPTZOID});
-	else if (executors)
-		plan = VqKeepCustomPlan(&executors_plan, RESCUE_CANDIDATES " AND worker_pid IS NOT NULL",
 								1, (Oid[]) {TIMESTAMPTZOID});
 	else
 		plan = VqKeepCustomPlan(&notify_plan, RESCUE_CANDIDATES
