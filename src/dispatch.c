@@ -562,6 +562,7 @@ VqDispatchNotify(VqJob *job, const char *channel)
 	VqInterceptDispatch(job);
 	VqPersistRunning(job, true, GetCurrentTimestamp());
 	Announce(channel, &job->execution_id, job->attempt_number);
+	VqNoteAnnounced(job->queue);
 }
 
 /*
@@ -620,6 +621,8 @@ VqReannounceWaiting(VqRegistry *registry, TimestampTz now)
 			if (strncmp(address, "notify:", 7) == 0)
 				Announce(address + 7, DatumGetUUIDP(SPI_getbinval(tup, SPI_tuptable->tupdesc, 1, &isnull)),
 						 DatumGetInt32(SPI_getbinval(tup, SPI_tuptable->tupdesc, 2, &isnull)));
+			/* (counted again: it was not, once its take timeout passed) */
+			VqNoteAnnounced(queue->name);
 		}
 		return true;			/* one queue per call: the reservation is per queue */
 	}

@@ -440,6 +440,7 @@ Housekeeping(TimestampTz now)
 		last_progress_flush = now;
 	}
 	CommitCycle(reserved);
+	VqAnnouncementsCommitted();
 	if (flush)
 		VqLiveLogsSaved();
 	if (reserved)
@@ -681,6 +682,7 @@ PollCycle(void)
 		visible = RunBatch(registry, claim.jobs, claim.queue, &ran_jobs, &slow_left);
 	just_woke = false;
 	CommitCycle(claim.jobs != NIL && !ran_jobs);
+	VqAnnouncementsCommitted();	/* (before the claim's reservation is released) */
 
 	if (visible != NULL)
 	{

@@ -220,6 +220,7 @@ AssignSlot(LauncherDatabase *db, TimestampTz now)
 		memset(&slot->request, 0, sizeof(VqLauncherRequest));
 		/* commits made while the database had no slot lowered nothing: learn positions afresh */
 		VqClaimPositionsForget(slot);
+		memset(slot->notify_bounds, 0, sizeof(slot->notify_bounds));
 		/* what another database (or this one, before) asked for and learnt does not carry over */
 		pg_atomic_write_u32(&slot->executors_wanted, 0);
 		for (int i = 0; i < VQ_HANDLER_TIMINGS; i++)

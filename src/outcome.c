@@ -537,10 +537,10 @@ VqFlushProgress(void)
  * NOTIFY jobs of a queue that hold its capacity: taken by a consumer and not
  * yet answered, or announced less than vq.notify_take_timeout_ms ago. One
  * announced longer ago with no taker waits for a consumer without holding
- * any: an absent consumer blocks nobody.
+ * any: an absent consumer blocks nobody. In *all, all of them.
  */
 int
-VqExternalInFlight(VqQueue *queue, TimestampTz now)
+VqExternalInFlight(VqQueue *queue, TimestampTz now, int *all)
 {
 	static SPIPlanPtr inflight_plan = NULL;
 	Datum		values[2];
@@ -556,12 +556,14 @@ VqExternalInFlight(VqQueue *queue, TimestampTz now)
 	 * job_running_idx (worker_pid IS NULL and the queue: only its NOTIFY jobs in flight).
 	 */
 	if (SPI_execute_plan(VqKeepCustomPlan(&inflight_plan,
-								  "SELECT pg_catalog.count(*)::pg_catalog.int4 FROM vq.job_active"
+								  "SELECT pg_catalog.count(*) FILTER (WHERE consumer_claimed_at IS NOT NULL"
+								  "  OR started_at OPERATOR(pg_catalog.>) $2)::pg_catalog.int4,"
+								  " pg_catalog.count(*)::pg_catalog.int4 FROM vq.job_active"
 								  " WHERE state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state AND worker_pid IS NULL"
-								  " AND queue OPERATOR(pg_catalog.=) $1"
-								  " AND (consumer_claimed_at IS NOT NULL OR started_at OPERATOR(pg_catalog.>) $2)",
+								  " AND queue OPERATOR(pg_catalog.=) $1",
 								  2, (Oid[]) {TEXTOID, TIMESTAMPTZOID}),
 						 values, NULL, false, 1) != SPI_OK_SELECT)	/* a fresh snapshot */
 		elog(ERROR, "vq_job: counting NOTIFY jobs in flight failed");
+	*all = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
 	return DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }

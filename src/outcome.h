@@ -44,8 +44,9 @@ extern void VqFlushProgress(void);
 
 /*
  * NOTIFY jobs of a queue that hold its capacity: taken and not yet answered,
- * or announced less than vq.notify_take_timeout_ms ago.
+ * or announced less than vq.notify_take_timeout_ms ago; in *all, every
+ * RUNNING NOTIFY job of the queue.
  */
-extern int	VqExternalInFlight(VqQueue *queue, TimestampTz now);
+extern int	VqExternalInFlight(VqQueue *queue, TimestampTz now, int *all);
 
 #endif							/* VQ_OUTCOME_H */

@@ -120,6 +120,23 @@ typedef struct VqClaimPositions
 	VqRelayPosition relay;
 } VqClaimPositions;
 
+/*
+ * An upper bound of a queue's NOTIFY jobs in flight (announced and not
+ * answered), so that a claim need not count them in the table while the
+ * bound leaves room: the count walks every row version of the queue's NOTIFY
+ * jobs, which a held snapshot keeps. The bound is the last count plus every
+ * announcement committed since that count began; it never goes down but by
+ * a new count. See claim.c (RoomInQueue).
+ */
+typedef struct VqNotifyBound
+{
+	char		queue[VQ_NAME_MAX + 1];	/* '' = free */
+	bool		valid;			/* counted is the result of the count begun at generation */
+	uint64		generation;		/* bumped when a count begins */
+	int			counted;		/* RUNNING NOTIFY jobs of the queue at that count */
+	int			since;			/* announcements committed since it began */
+} VqNotifyBound;
+
 /* Requests to the launcher about one database (under the slot's lock). */
 typedef struct VqLauncherRequest
 {
@@ -205,6 +222,7 @@ typedef struct VqDatabaseSlot
 	/* handlers' recent execution times, shared so a new executor knows which run inline (see executor.c) */
 	pg_atomic_uint64 handler_timings[VQ_HANDLER_TIMINGS];
 	VqClaimPositions positions; /* under the slot's lock: advanced by claims, lowered by commits */
+	VqNotifyBound notify_bounds[VQ_MAX_CLAIM_QUEUES];	/* under the slot's lock */
 	VqExecutorSlot executors[VQ_MAX_EXECUTORS];
 } VqDatabaseSlot;
 
