@@ -132,6 +132,11 @@ CREATE INDEX job_claim_idx ON vq.job_active (queue, priority DESC, scheduled_at,
 -- the NOTIFY jobs in flight, by queue: a queue's claim counts its own (VqExternalInFlight)
 -- without stepping over the row versions of every other queue's NOTIFY jobs.
 CREATE INDEX job_running_idx ON vq.job_active (worker_pid, queue) WHERE state = 'RUNNING';
+-- vq_pull: a NOTIFY handler's announced jobs in the order consumers take them (priority
+-- negated, so that one row comparison can start the scan where the previous pull ended;
+-- see pullpos.c). Jobs taken and not yet answered stay in it (taking one is a HOT update).
+CREATE INDEX job_pull_idx ON vq.job_active (handler, (- priority::bigint), scheduled_at, execution_id)
+    WHERE state = 'RUNNING' AND worker_pid IS NULL;
 -- job_id is an idempotency key among the unfinished jobs (the rows of this partition) of the
 -- role that enqueued them: each role has its own, so no role can take or probe another's ids.
 CREATE UNIQUE INDEX job_active_job_id_key ON vq.job_active (enqueued_by, job_id);

@@ -28,9 +28,11 @@
 #include "utils/uuid.h"
 
 #include "callbacks.h"
+#include "consumer.h"
 #include "enqueue.h"
 #include "job.h"
 #include "outcome.h"
+#include "pullpos.h"
 #include "spi_util.h"
 #include "registry.h"
 #include "roles.h"
@@ -45,7 +47,6 @@ PG_FUNCTION_INFO_V1(vq_job_payload);
 
 static SPIPlanPtr job_plan = NULL;
 static SPIPlanPtr grant_plan = NULL;
-static SPIPlanPtr pull_plan = NULL;
 
 /* Is the caller a consumer granted for this handler? */
 static bool
@@ -219,6 +220,167 @@ vq_fail(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(Reply(fcinfo, error, 2));
 }
 
+/* The key parameters of a pull position: $n .. $n+2 (negated priority, scheduled_at, execution_id). */
+static void
+PullKeyValues(const VqPullKey *key, Datum *values)
+{
+	values[0] = Int64GetDatum(key->neg_priority);
+	values[1] = TimestampTzGetDatum(key->scheduled_at);
+	values[2] = UUIDPGetDatum(unconstify(pg_uuid_t *, &key->execution_id));
+}
+
+/* The key of a row (priority, scheduled_at and execution_id at these columns). */
+static VqPullKey
+RowPullKey(HeapTuple tup, TupleDesc desc, int priority_col, int scheduled_col, int id_col)
+{
+	bool		isnull;
+
+	return VqMakePullKey(DatumGetInt32(SPI_getbinval(tup, desc, priority_col, &isnull)),
+						 DatumGetTimestampTz(SPI_getbinval(tup, desc, scheduled_col, &isnull)),
+						 DatumGetUUIDP(SPI_getbinval(tup, desc, id_col, &isnull)));
+}
+
+/* An announced job no consumer took: the predicate of job_pull_idx, and not taken. */
+#define WAITING_FOR_CONSUMER \
+	" state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state AND worker_pid IS NULL AND consumer_claimed_at IS NULL"
+/* The pull order, as job_pull_idx keys it. */
+#define PULL_KEY \
+	"ROW(OPERATOR(pg_catalog.-) (priority::pg_catalog.int8), scheduled_at, execution_id)"
+
+/*
+ * Take up to max_jobs announced jobs of a handler after the key from, in pull
+ * order; SPI_tuptable holds them, in that order (pulled's columns, then
+ * priority).
+ */
+static uint64
+TakeWaitingJobs(VqHandler *handler, int32 max_jobs, Oid caller, bool granted, const VqPullKey *from)
+{
+	static SPIPlanPtr pull_plan = NULL;
+	Datum		values[7];
+
+	values[0] = handler->name_datum;
+	values[1] = Int32GetDatum(max_jobs);
+	values[2] = ObjectIdGetDatum(caller);
+	values[3] = BoolGetDatum(granted);
+	PullKeyValues(from, &values[4]);
+	if (SPI_execute_plan(VqKeepPlan(&pull_plan,
+							  "WITH claimed AS ("
+							  " UPDATE vq.job_active j SET consumer_claimed_at = pg_catalog.clock_timestamp(),"
+							  "  updated_at = pg_catalog.clock_timestamp()"
+							  " FROM (SELECT execution_id FROM vq.job_active"
+							  "       WHERE handler OPERATOR(pg_catalog.=) $1 AND" WAITING_FOR_CONSUMER
+							  "       AND " PULL_KEY " OPERATOR(pg_catalog.>) ROW($5, $6, $7)"
+							  "       AND ($4 OR pg_catalog.pg_has_role($3, enqueued_by, 'USAGE'))"
+							  "       ORDER BY OPERATOR(pg_catalog.-) (priority::pg_catalog.int8), scheduled_at, execution_id"
+							  "       LIMIT $2 FOR UPDATE SKIP LOCKED) c"
+							  " WHERE j.execution_id OPERATOR(pg_catalog.=) c.execution_id"
+							  " RETURNING j.execution_id, j.job_id, j.handler, j.attempt_number, j.payload,"
+							  "  j.metadata, j.scheduled_at, j.cancel_requested, j.priority)"
+							  " SELECT execution_id, job_id, handler, attempt_number, payload, metadata, scheduled_at,"
+							  "  cancel_requested, priority"
+							  " FROM claimed ORDER BY priority DESC, scheduled_at, execution_id",
+							  7, (Oid[]) {TEXTOID, INT4OID, OIDOID, BOOLOID, INT8OID, TIMESTAMPTZOID, UUIDOID}),
+						 values, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "vq_job: vq_pull failed");
+	return SPI_processed;
+}
+
+/*
+ * After a pull took jobs (in pull order, in taken): how far the handler's
+ * position may move when this transaction commits. Up to the last job taken,
+ * unless a fresh look finds an announced job not taken between the pull's
+ * start and there (one another transaction holds, or that the caller's role
+ * may not take): then only up to the last job taken before that one.
+ */
+static void
+NoteHowFarTaken(VqHandler *handler, const VqPullKey *from, SPITupleTable *taken)
+{
+	static SPIPlanPtr left_plan = NULL;
+	uint64		ntaken = taken->numvals;
+	VqPullKey	last = RowPullKey(taken->vals[ntaken - 1], taken->tupdesc, 9, 7, 1);
+	Datum		values[7];
+	VqPullKey	left;
+	int64		upto = -1;
+
+	values[0] = handler->name_datum;
+	PullKeyValues(from, &values[1]);
+	PullKeyValues(&last, &values[4]);
+	if (SPI_execute_plan(VqKeepPlan(&left_plan,
+							  "SELECT priority, scheduled_at, execution_id FROM vq.job_active"
+							  " WHERE handler OPERATOR(pg_catalog.=) $1 AND" WAITING_FOR_CONSUMER
+							  " AND " PULL_KEY " OPERATOR(pg_catalog.>) ROW($2, $3, $4)"
+							  " AND " PULL_KEY " OPERATOR(pg_catalog.<=) ROW($5, $6, $7)"
+							  " ORDER BY OPERATOR(pg_catalog.-) (priority::pg_catalog.int8), scheduled_at, execution_id"
+							  " LIMIT 1",
+							  7, (Oid[]) {TEXTOID, INT8OID, TIMESTAMPTZOID, UUIDOID, INT8OID, TIMESTAMPTZOID, UUIDOID}),
+						 values, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "vq_job: looking behind a pull failed");
+	if (SPI_processed == 0)
+	{
+		VqPullTook(&last);
+		return;
+	}
+	left = RowPullKey(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, 2, 3);
+	for (uint64 i = 0; i < ntaken; i++)
+	{
+		VqPullKey	k = RowPullKey(taken->vals[i], taken->tupdesc, 9, 7, 1);
+
+		if (VqComparePullKeys(&k, &left) < 0)
+			upto = (int64) i;
+	}
+	if (upto >= 0)
+	{
+		last = RowPullKey(taken->vals[upto], taken->tupdesc, 9, 7, 1);
+		VqPullTook(&last);
+	}
+}
+
+/*
+ * Executor 0, with the claim positions check: move each pull position back to
+ * an announced job no consumer took that lies behind it (LOG it when it was
+ * there for more than a second: something moved the position past it).
+ */
+void
+VqCheckPullPositions(TimestampTz now)
+{
+	static SPIPlanPtr behind_plan = NULL;
+	VqPullPosition *positions = palloc(sizeof(VqPullPosition) * VQ_MAX_PULL_HANDLERS);
+	int			n = VqPullPositions(positions, VQ_MAX_PULL_HANDLERS);
+	int			index_scans = VqIndexScansBegin();
+
+	for (int i = 0; i < n; i++)
+	{
+		Datum		values[4];
+		VqPullKey	key;
+		bool		isnull;
+		TimestampTz updated_at;
+
+		CHECK_FOR_INTERRUPTS();
+		values[0] = CStringGetTextDatum(positions[i].handler);
+		PullKeyValues(&positions[i].pos, &values[1]);
+		if (SPI_execute_plan(VqKeepPlan(&behind_plan,
+								  "SELECT priority, scheduled_at, execution_id, updated_at FROM vq.job_active"
+								  " WHERE handler OPERATOR(pg_catalog.=) $1 AND" WAITING_FOR_CONSUMER
+								  " AND " PULL_KEY " OPERATOR(pg_catalog.<=) ROW($2, $3, $4)"
+								  " ORDER BY OPERATOR(pg_catalog.-) (priority::pg_catalog.int8), scheduled_at, execution_id"
+								  " LIMIT 1",
+								  4, (Oid[]) {TEXTOID, INT8OID, TIMESTAMPTZOID, UUIDOID}),
+							 values, NULL, false, 1) != SPI_OK_SELECT)
+			elog(ERROR, "vq_job: looking behind a pull position failed");
+		if (SPI_processed == 0)
+			continue;
+		key = RowPullKey(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, 2, 3);
+		updated_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull));
+		VqPullPositionLower(positions[i].handler, &key);
+		if (TimestampDifferenceExceeds(updated_at, now, 1000))
+			ereport(LOG,
+					(errmsg("vq_job: an announced job of handler \"%s\" (priority %d, scheduled at %s) was behind the pull position; pulls go back to it",
+							positions[i].handler, (int) -key.neg_priority, timestamptz_to_str(key.scheduled_at))));
+	}
+	VqIndexScansEnd(index_scans);
+	pfree(positions);
+}
+
 /*
  * vq_pull(handler, max_jobs): take up to max_jobs jobs of a NOTIFY handler
  * that the executors announced and no consumer has taken yet, and return
@@ -240,7 +402,8 @@ vq_pull(PG_FUNCTION_ARGS)
 	VqSavedUser saved;
 	TupleDesc	desc;
 	Tuplestorestate *store;
-	Datum		values[4];
+	VqPullKey	from;
+	uint64		taken;
 
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
@@ -270,38 +433,20 @@ vq_pull(PG_FUNCTION_ARGS)
 	VqBecomeOwner(registry->owner, &saved);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "vq_job: SPI_connect failed");
-	values[0] = handler->name_datum;
-	values[1] = Int32GetDatum(max_jobs);
-	values[2] = ObjectIdGetDatum(caller);
-	values[3] = BoolGetDatum(GrantedConsumer(caller, handler_name));
-	if (SPI_execute_plan(VqKeepPlan(&pull_plan,
-							  "WITH claimed AS ("
-							  " UPDATE vq.job_active j SET consumer_claimed_at = pg_catalog.clock_timestamp(),"
-							  "  updated_at = pg_catalog.clock_timestamp()"
-							  " FROM (SELECT execution_id FROM vq.job_active"
-							  "       WHERE handler OPERATOR(pg_catalog.=) $1"
-							  "       AND state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state"
-							  "       AND worker_pid IS NULL AND consumer_claimed_at IS NULL"
-							  "       AND ($4 OR pg_catalog.pg_has_role($3, enqueued_by, 'USAGE'))"
-							  "       ORDER BY priority DESC, scheduled_at LIMIT $2 FOR UPDATE SKIP LOCKED) c"
-							  " WHERE j.execution_id OPERATOR(pg_catalog.=) c.execution_id"
-							  " RETURNING j.execution_id, j.job_id, j.handler, j.attempt_number, j.payload,"
-							  "  j.metadata, j.scheduled_at, j.cancel_requested, j.priority)"
-							  " SELECT execution_id, job_id, handler, attempt_number, payload, metadata, scheduled_at,"
-							  "  cancel_requested"
-							  " FROM claimed ORDER BY priority DESC, scheduled_at",
-							  4, (Oid[]) {TEXTOID, INT4OID, OIDOID, BOOLOID}),
-						 values, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "vq_job: vq_pull failed");
+	if (!VqPullBegin(handler_name, &from))
+		from = VqMakePullKey(PG_INT32_MAX, DT_NOBEGIN, NULL);	/* (before every job) */
+	taken = TakeWaitingJobs(handler, max_jobs, caller, GrantedConsumer(caller, handler_name), &from);
 
-	for (uint64 i = 0; i < SPI_processed; i++)
+	for (uint64 i = 0; i < taken; i++)
 	{
-		Datum		row[8];
-		bool		nulls[8];
+		Datum		row[9];			/* (the ninth, priority, is not returned) */
+		bool		nulls[9];
 
 		heap_deform_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, row, nulls);
 		tuplestore_putvalues(store, desc, row, nulls);
 	}
+	if (taken > 0 && VqPullMayMove())
+		NoteHowFarTaken(handler, &from, SPI_tuptable);
 	SPI_finish();
 	VqRestoreUser(&saved);
 	return (Datum) 0;

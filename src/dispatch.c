@@ -56,6 +56,7 @@
 #include "utils/typcache.h"
 
 #include "claim.h"
+#include "pullpos.h"
 #include "compat.h"
 #include "context.h"
 #include "callbacks.h"
@@ -563,6 +564,7 @@ VqDispatchNotify(VqJob *job, const char *channel)
 	VqPersistRunning(job, true, GetCurrentTimestamp());
 	Announce(channel, &job->execution_id, job->attempt_number);
 	VqNoteAnnounced(job->queue);
+	VqNotePullAnnounced(job->handler, job->priority, job->scheduled_at);
 }
 
 /*

@@ -68,6 +68,7 @@
 #include "utils/wait_event.h"
 
 #include "claim.h"
+#include "consumer.h"
 #include "claimpos.h"
 #include "compact.h"
 #include "dispatch.h"
@@ -76,6 +77,7 @@
 #include "livelog.h"
 #include "launcher.h"
 #include "outcome.h"
+#include "pullpos.h"
 #include "pool.h"
 #include "relay.h"
 #include "retention.h"
@@ -417,6 +419,8 @@ Housekeeping(TimestampTz now)
 		VqRegistry *registry = VqRegistryPin();
 
 		VqCheckClaimPositions(registry, now);
+		if (registry->has_notify_handlers)
+			VqCheckPullPositions(now);
 		VqRegistryRelease(registry);
 		next_positions_check = now + Max((TimestampTz) POSITIONS_CHECK_MS * 1000,
 										 (GetCurrentTimestamp() - now) * POSITIONS_CHECK_SHARE);
@@ -441,6 +445,7 @@ Housekeeping(TimestampTz now)
 	}
 	CommitCycle(reserved);
 	VqAnnouncementsCommitted();
+	VqPullAnnouncementsCommitted();
 	if (flush)
 		VqLiveLogsSaved();
 	if (reserved)
@@ -683,6 +688,7 @@ PollCycle(void)
 	just_woke = false;
 	CommitCycle(claim.jobs != NIL && !ran_jobs);
 	VqAnnouncementsCommitted();	/* (before the claim's reservation is released) */
+	VqPullAnnouncementsCommitted();
 
 	if (visible != NULL)
 	{

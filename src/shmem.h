@@ -112,12 +112,48 @@ typedef struct VqRelayPosition
 	int64		floor[VQ_MAX_EXECUTORS];	/* lowest id committed during executor i's relay */
 } VqRelayPosition;
 
+/*
+ * vq_pull takes a NOTIFY handler's announced jobs in (priority DESC,
+ * scheduled_at, execution_id) order: the key, with the priority negated so
+ * that one ascending comparison orders it (the index job_pull_idx).
+ */
+typedef struct VqPullKey
+{
+	int64		neg_priority;
+	TimestampTz scheduled_at;
+	pg_uuid_t	execution_id;
+} VqPullKey;
+
+#define VQ_MAX_PULL_HANDLERS 64		/* NOTIFY handlers whose pull position is kept, per database */
+#define VQ_MAX_PULLERS 32			/* vq_pull calls in flight that may move a position, per database */
+
+/*
+ * Where vq_pull got to for a handler: every announced job of the handler that
+ * no consumer took, whose commit is visible and that no pull in flight holds
+ * comes after pos, or a commit will lower pos to it. See pullpos.c.
+ */
+typedef struct VqPullPosition
+{
+	char		handler[VQ_NAME_MAX + 1];	/* '' = free */
+	VqPullKey	pos;
+} VqPullPosition;
+
+/* A vq_pull whose transaction has not ended: it moves its handler's position when it commits. */
+typedef struct VqPuller
+{
+	uint64		ticket;			/* 0 = free; otherwise names the pull (VqDatabaseSlot.pull_tickets) */
+	char		handler[VQ_NAME_MAX + 1];
+	VqPullKey	floor;			/* lowest key a commit lowered the handler to since the pull began */
+} VqPuller;
+
 typedef struct VqClaimPositions
 {
 	bool		overflow;		/* a level did not fit: every claim falls back to the plain scan */
 	char		known[VQ_MAX_CLAIM_QUEUES][VQ_NAME_MAX + 1];	/* queues whose levels are all here ('' = free) */
 	VqClaimLevel levels[VQ_MAX_CLAIM_LEVELS];
 	VqRelayPosition relay;
+	VqPullPosition pulls[VQ_MAX_PULL_HANDLERS];
+	VqPuller	pullers[VQ_MAX_PULLERS];
 } VqClaimPositions;
 
 /*
@@ -223,6 +259,7 @@ typedef struct VqDatabaseSlot
 	pg_atomic_uint64 handler_timings[VQ_HANDLER_TIMINGS];
 	VqClaimPositions positions; /* under the slot's lock: advanced by claims, lowered by commits */
 	VqNotifyBound notify_bounds[VQ_MAX_CLAIM_QUEUES];	/* under the slot's lock */
+	uint64		pull_tickets;	/* under the slot's lock: pulls begun (never reset, unlike positions) */
 	VqExecutorSlot executors[VQ_MAX_EXECUTORS];
 } VqDatabaseSlot;
 

@@ -1,0 +1,367 @@
+/*
+ * pullpos.c: pull positions.
+ *
+ * vq_pull takes a NOTIFY handler's announced jobs that no consumer took, in
+ * (priority DESC, scheduled_at, execution_id) order, from the partial index
+ * job_pull_idx. Every job a consumer took and answered leaves an entry there
+ * that later pulls step over until vacuum removes it, and a held snapshot
+ * keeps vacuum from removing any: a pull that scans from the start then walks
+ * every job answered since the snapshot was taken. So the database's slot
+ * remembers, per handler, the key where pulls got to, and each pull scans
+ * from there.
+ *
+ * The invariant, per handler: every announced job that no consumer took,
+ * whose commit is visible and that no pull in flight holds has a key after the
+ * position, or a commit will lower the position to its key. It is kept by
+ *  - announcements: the executor that announced jobs lowers their handler's
+ *    position after its commit, and the floor of every pull in flight;
+ *  - pulls: a pull reads the position before its scan takes its snapshot;
+ *    after taking, it looks again (a fresh snapshot, no SKIP LOCKED) for a job
+ *    it left between its start and its last take: one another pull or any
+ *    other transaction holds, or that its role may not take. It moves the
+ *    position only when its transaction commits (its own takes cannot be
+ *    undone then), and only up to its last take before such a job and below
+ *    its floor. A pull in a subtransaction that aborts, in a prepared
+ *    transaction, or with a transaction snapshot (REPEATABLE READ) moves
+ *    nothing;
+ *  - resets: positions are forgotten with the claim positions (claimpos.c);
+ *    then pulls scan from the start until one moves the position again.
+ * Executor 0's positions check looks behind each position for an announced
+ * job no consumer took and lowers the position to it (consumer.c).
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "utils/resowner.h"
+
+#include "pullpos.h"
+#include "shmem.h"
+
+/* Pulls begun in this transaction that may move a position at its commit. */
+#define PULLS_PER_TRANSACTION 4
+typedef struct PendingPull
+{
+	uint64		ticket;
+	int			puller;			/* index in the slot's pullers */
+	bool		took;
+	VqPullKey	upto;
+} PendingPull;
+
+static PendingPull pending[PULLS_PER_TRANSACTION];
+static int	n_pending = 0;
+static bool last_registered = false;	/* the last pull begun is pending[n_pending - 1] */
+static bool callbacks_registered = false;
+
+/* Handlers whose jobs this executor's transaction announced, with their lowest key. */
+#define ANNOUNCED_HANDLERS 8
+static struct
+{
+	char		handler[VQ_NAME_MAX + 1];
+	VqPullKey	low;
+}			announced[ANNOUNCED_HANDLERS];
+static int	n_announced = 0;
+static bool announced_overflow = false;
+
+static const VqPullKey PullKeyMin = {PG_INT64_MIN, DT_NOBEGIN, {{0}}};
+
+/* The key of a job in pull order (see pullpos.h). */
+VqPullKey
+VqMakePullKey(int32 priority, TimestampTz scheduled_at, const pg_uuid_t *execution_id)
+{
+	VqPullKey	key;
+
+	key.neg_priority = -(int64) priority;
+	key.scheduled_at = scheduled_at;
+	if (execution_id)
+		memcpy(&key.execution_id, execution_id, sizeof(pg_uuid_t));
+	else
+		memset(&key.execution_id, 0, sizeof(pg_uuid_t));	/* before every job at that place */
+	return key;
+}
+
+/* Order two keys (see pullpos.h). */
+int
+VqComparePullKeys(const VqPullKey *a, const VqPullKey *b)
+{
+	if (a->neg_priority != b->neg_priority)
+		return a->neg_priority < b->neg_priority ? -1 : 1;
+	if (a->scheduled_at != b->scheduled_at)
+		return a->scheduled_at < b->scheduled_at ? -1 : 1;
+	return memcmp(a->execution_id.data, b->execution_id.data, UUID_LEN);
+}
+
+/* The position of a handler (caller holds the slot's lock), created if asked and there is room. */
+static VqPullPosition *
+FindPosition(VqDatabaseSlot *slot, const char *handler, bool create)
+{
+	VqPullPosition *free_entry = NULL;
+
+	for (int i = 0; i < VQ_MAX_PULL_HANDLERS; i++)
+	{
+		VqPullPosition *p = &slot->positions.pulls[i];
+
+		if (strcmp(p->handler, handler) == 0)
+			return p;
+		if (p->handler[0] == '\0' && free_entry == NULL)
+			free_entry = p;
+	}
+	if (!create || free_entry == NULL)
+		return NULL;
+	strlcpy(free_entry->handler, handler, sizeof(free_entry->handler));
+	free_entry->pos = PullKeyMin;
+	return free_entry;
+}
+
+/* Lower a handler's position and the floors of its pulls in flight to key (caller holds the slot's lock). */
+static void
+LowerLocked(VqDatabaseSlot *slot, const char *handler, const VqPullKey *key)
+{
+	VqPullPosition *p = FindPosition(slot, handler, false);
+
+	if (p != NULL && VqComparePullKeys(key, &p->pos) <= 0)
+		p->pos = VqMakePullKey((int32) -key->neg_priority, key->scheduled_at, NULL);
+	for (int i = 0; i < VQ_MAX_PULLERS; i++)
+	{
+		VqPuller   *q = &slot->positions.pullers[i];
+
+		if (q->ticket != 0 && strcmp(q->handler, handler) == 0 && VqComparePullKeys(key, &q->floor) < 0)
+			q->floor = *key;
+	}
+}
+
+/* End this transaction's pulls: move the positions at commit (caller holds the slot's lock). */
+static void
+EndPullsLocked(VqDatabaseSlot *slot, void *arg)
+{
+	bool		commit = *(bool *) arg;
+
+	for (int k = 0; k < n_pending; k++)
+	{
+		VqPuller   *q = &slot->positions.pullers[pending[k].puller];
+		VqPullPosition *p;
+
+		if (q->ticket != pending[k].ticket)
+			continue;			/* forgotten meanwhile */
+		q->ticket = 0;
+		if (!commit || !pending[k].took || VqComparePullKeys(&pending[k].upto, &q->floor) >= 0)
+			continue;
+		p = FindPosition(slot, q->handler, true);
+		if (p != NULL && VqComparePullKeys(&pending[k].upto, &p->pos) > 0)
+			p->pos = pending[k].upto;
+	}
+}
+
+static void
+EndPulls(bool commit)
+{
+	if (n_pending > 0)
+		(void) VqWithDatabaseSlot(MyDatabaseId, LW_EXCLUSIVE, EndPullsLocked, &commit);
+	n_pending = 0;
+	last_registered = false;
+}
+
+/* End of the top-level transaction (its takes are committed, or undone). */
+static void
+PullReleaseCallback(ResourceReleasePhase phase, bool isCommit, bool isTopLevel, void *arg)
+{
+	if (phase == RESOURCE_RELEASE_AFTER_LOCKS && isTopLevel)
+		EndPulls(isCommit);
+}
+
+/* PREPARE: the takes may still be undone; a subtransaction's abort undid some. */
+static void
+PullXactCallback(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_PREPARE)
+		EndPulls(false);
+}
+
+static void
+PullSubXactCallback(SubXactEvent event, SubTransactionId mySubid, SubTransactionId parentSubid, void *arg)
+{
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		for (int k = 0; k < n_pending; k++)
+			pending[k].took = false;
+}
+
+/* Begin a pull (caller holds the slot's lock); arg: the handler, then its position out. */
+typedef struct BeginArgs
+{
+	const char *handler;
+	bool		may_move;
+	bool		positioned;
+	VqPullKey	from;
+	bool		registered;
+	PendingPull registration;
+} BeginArgs;
+
+static void
+BeginLocked(VqDatabaseSlot *slot, void *arg)
+{
+	BeginArgs  *a = arg;
+	VqPullPosition *p = FindPosition(slot, a->handler, false);
+
+	a->positioned = p != NULL && VqComparePullKeys(&p->pos, &PullKeyMin) != 0;
+	if (a->positioned)
+		a->from = p->pos;
+	a->registered = false;
+	for (int i = 0; i < VQ_MAX_PULLERS && a->may_move && !a->registered; i++)
+	{
+		VqPuller   *q = &slot->positions.pullers[i];
+
+		if (q->ticket != 0)
+			continue;
+		q->ticket = ++slot->pull_tickets;
+		strlcpy(q->handler, a->handler, sizeof(q->handler));
+		q->floor = (VqPullKey) {PG_INT64_MAX, DT_NOEND, {{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+					0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}}};
+		a->registration.ticket = q->ticket;
+		a->registration.puller = i;
+		a->registration.took = false;
+		a->registered = true;
+	}
+}
+
+/* Begin a pull (see pullpos.h). */
+bool
+VqPullBegin(const char *handler, VqPullKey *from)
+{
+	BeginArgs	a = {.handler = handler};
+
+	/* (a transaction snapshot may not see what the position was moved past) */
+	a.may_move = !IsolationUsesXactSnapshot() && n_pending < PULLS_PER_TRANSACTION;
+
+	if (!callbacks_registered)
+	{
+		RegisterResourceReleaseCallback(PullReleaseCallback, NULL);
+		RegisterXactCallback(PullXactCallback, NULL);
+		RegisterSubXactCallback(PullSubXactCallback, NULL);
+		callbacks_registered = true;
+	}
+	if (!VqWithDatabaseSlot(MyDatabaseId, LW_EXCLUSIVE, BeginLocked, &a))
+		return false;			/* no executors here yet: from the start */
+	last_registered = a.registered;
+	if (a.registered)
+		pending[n_pending++] = a.registration;
+	if (a.positioned)
+		*from = a.from;
+	return a.positioned;
+}
+
+/* Can the last pull begun move the position (see pullpos.h)? */
+bool
+VqPullMayMove(void)
+{
+	return last_registered;
+}
+
+/* What the last pull begun took (see pullpos.h). */
+void
+VqPullTook(const VqPullKey *upto)
+{
+	if (!last_registered)
+		return;
+	pending[n_pending - 1].took = true;
+	pending[n_pending - 1].upto = *upto;
+}
+
+/* A job announced in this transaction (see pullpos.h). */
+void
+VqNotePullAnnounced(const char *handler, int32 priority, TimestampTz scheduled_at)
+{
+	VqPullKey	key = VqMakePullKey(priority, scheduled_at, NULL);
+
+	for (int i = 0; i < n_announced; i++)
+		if (strcmp(announced[i].handler, handler) == 0)
+		{
+			if (VqComparePullKeys(&key, &announced[i].low) < 0)
+				announced[i].low = key;
+			return;
+		}
+	if (n_announced == ANNOUNCED_HANDLERS)
+	{
+		announced_overflow = true;
+		return;
+	}
+	strlcpy(announced[n_announced].handler, handler, sizeof(announced[0].handler));
+	announced[n_announced++].low = key;
+}
+
+static void
+AnnouncedLocked(VqDatabaseSlot *slot, void *arg)
+{
+	if (announced_overflow)
+	{
+		memset(slot->positions.pulls, 0, sizeof(slot->positions.pulls));
+		for (int i = 0; i < VQ_MAX_PULLERS; i++)
+			slot->positions.pullers[i].floor = PullKeyMin;
+	}
+	for (int i = 0; i < n_announced; i++)
+		LowerLocked(slot, announced[i].handler, &announced[i].low);
+}
+
+/*
+ * The announcements committed (see pullpos.h). (Notes of a transaction that
+ * aborted are applied by the next commit: lowering needlessly only costs a
+ * longer scan.)
+ */
+void
+VqPullAnnouncementsCommitted(void)
+{
+	if (n_announced == 0 && !announced_overflow)
+		return;
+	(void) VqWithDatabaseSlot(MyDatabaseId, LW_EXCLUSIVE, AnnouncedLocked, NULL);
+	n_announced = 0;
+	announced_overflow = false;
+}
+
+typedef struct LowerArgs
+{
+	const char *handler;
+	const VqPullKey *key;
+} LowerArgs;
+
+static void
+LowerOne(VqDatabaseSlot *slot, void *arg)
+{
+	LowerArgs  *a = arg;
+
+	LowerLocked(slot, a->handler, a->key);
+}
+
+/* Lower a position to a job found behind it (see pullpos.h). */
+void
+VqPullPositionLower(const char *handler, const VqPullKey *key)
+{
+	LowerArgs	a = {handler, key};
+
+	(void) VqWithDatabaseSlot(MyDatabaseId, LW_EXCLUSIVE, LowerOne, &a);
+}
+
+typedef struct CopyArgs
+{
+	VqPullPosition *out;
+	int			max;
+	int			n;
+} CopyArgs;
+
+static void
+CopyLocked(VqDatabaseSlot *slot, void *arg)
+{
+	CopyArgs   *a = arg;
+
+	for (int i = 0; i < VQ_MAX_PULL_HANDLERS && a->n < a->max; i++)
+		if (slot->positions.pulls[i].handler[0] != '\0')
+			a->out[a->n++] = slot->positions.pulls[i];
+}
+
+/* The positions (see pullpos.h). */
+int
+VqPullPositions(VqPullPosition *out, int max)
+{
+	CopyArgs	a = {out, max, 0};
+
+	(void) VqWithDatabaseSlot(MyDatabaseId, LW_SHARED, CopyLocked, &a);
+	return a.n;
+}
