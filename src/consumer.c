@@ -285,42 +285,68 @@ TakeWaitingJobs(VqHandler *handler, int32 max_jobs, Oid caller, bool granted, co
 	return SPI_processed;
 }
 
+/* Rows NoteHowFarTaken looks at, at most: past them, it moves the position no further. */
+#define LEFT_BEHIND_LOOK 200
+
 /*
- * After a pull took jobs (in pull order, in taken): how far the handler's
- * position may move when this transaction commits. Up to the last job taken,
- * unless a fresh look finds an announced job not taken between the pull's
- * start and there (one another transaction holds, or that the caller's role
- * may not take): then only up to the last job taken before that one.
+ * The first job a pull left behind, in a fresh look between from and upto:
+ * announced, not taken, and held by no other pull in flight. False if none.
  */
-static void
-NoteHowFarTaken(VqHandler *handler, const VqPullKey *from, SPITupleTable *taken)
+static bool
+FirstLeftBehind(VqHandler *handler, const VqPullKey *from, const VqPullKey *upto, VqPullKey *left)
 {
 	static SPIPlanPtr left_plan = NULL;
-	uint64		ntaken = taken->numvals;
-	VqPullKey	last = RowPullKey(taken->vals[ntaken - 1], taken->tupdesc, 9, 7, 1);
 	Datum		values[7];
-	VqPullKey	left;
-	int64		upto = -1;
 
 	values[0] = handler->name_datum;
 	PullKeyValues(from, &values[1]);
-	PullKeyValues(&last, &values[4]);
+	PullKeyValues(upto, &values[4]);
 	if (SPI_execute_plan(VqKeepPlan(&left_plan,
-							  "SELECT priority, scheduled_at, execution_id FROM vq.job_active"
+							  "SELECT priority, scheduled_at, execution_id, xmax FROM vq.job_active"
 							  " WHERE handler OPERATOR(pg_catalog.=) $1 AND" WAITING_FOR_CONSUMER
 							  " AND " PULL_KEY " OPERATOR(pg_catalog.>) ROW($2, $3, $4)"
 							  " AND " PULL_KEY " OPERATOR(pg_catalog.<=) ROW($5, $6, $7)"
 							  " ORDER BY OPERATOR(pg_catalog.-) (priority::pg_catalog.int8), scheduled_at, execution_id"
-							  " LIMIT 1",
+							  " LIMIT " CppAsString2(LEFT_BEHIND_LOOK),
 							  7, (Oid[]) {TEXTOID, INT8OID, TIMESTAMPTZOID, UUIDOID, INT8OID, TIMESTAMPTZOID, UUIDOID}),
-						 values, NULL, false, 1) != SPI_OK_SELECT)
+						 values, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "vq_job: looking behind a pull failed");
-	if (SPI_processed == 0)
+	for (uint64 i = 0; i < SPI_processed; i++)
 	{
-		VqPullTook(&last);
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		bool		isnull;
+		/* (a row another pull updated shows that pull's xid; a multixact only when several locked it) */
+		TransactionId xmax = DatumGetTransactionId(SPI_getbinval(tup, SPI_tuptable->tupdesc, 4, &isnull));
+
+		*left = RowPullKey(tup, SPI_tuptable->tupdesc, 1, 2, 3);
+		if (i == LEFT_BEHIND_LOOK - 1 || !VqPullHeldByAnother(handler->name, xmax))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * After a pull took jobs (in pull order, in taken): note the first, and how
+ * far the handler's position may move when this transaction commits: up to
+ * the last job taken, or, when a job was left behind (one a transaction
+ * other than a pull holds, or that the caller's role may not take), up to the
+ * last job taken before it.
+ */
+static void
+NoteHowFarTaken(VqHandler *handler, const VqPullKey *from, SPITupleTable *taken)
+{
+	uint64		ntaken = taken->numvals;
+	VqPullKey	first = RowPullKey(taken->vals[0], taken->tupdesc, 9, 7, 1);
+	VqPullKey	last = RowPullKey(taken->vals[ntaken - 1], taken->tupdesc, 9, 7, 1);
+	VqPullKey	left;
+	int64		upto = -1;
+
+	VqPullTaken(&first);
+	if (!FirstLeftBehind(handler, from, &last, &left))
+	{
+		VqPullMayMoveTo(&last);
 		return;
 	}
-	left = RowPullKey(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, 2, 3);
 	for (uint64 i = 0; i < ntaken; i++)
 	{
 		VqPullKey	k = RowPullKey(taken->vals[i], taken->tupdesc, 9, 7, 1);
@@ -331,7 +357,7 @@ NoteHowFarTaken(VqHandler *handler, const VqPullKey *from, SPITupleTable *taken)
 	if (upto >= 0)
 	{
 		last = RowPullKey(taken->vals[upto], taken->tupdesc, 9, 7, 1);
-		VqPullTook(&last);
+		VqPullMayMoveTo(&last);
 	}
 }
 

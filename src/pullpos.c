@@ -17,13 +17,16 @@
  *    position after its commit, and the floor of every pull in flight;
  *  - pulls: a pull reads the position before its scan takes its snapshot;
  *    after taking, it looks again (a fresh snapshot, no SKIP LOCKED) for a job
- *    it left between its start and its last take: one another pull or any
- *    other transaction holds, or that its role may not take. It moves the
+ *    it left between its start and its last take: one that its role may not
+ *    take, or that a transaction holds, unless that transaction is another
+ *    pull in flight (which lowers the position if it aborts). It moves the
  *    position only when its transaction commits (its own takes cannot be
  *    undone then), and only up to its last take before such a job and below
  *    its floor. A pull in a subtransaction that aborts, in a prepared
  *    transaction, or with a transaction snapshot (REPEATABLE READ) moves
  *    nothing;
+ *  - aborts: a pull whose takes are undone (its transaction or a
+ *    subtransaction aborts) lowers the position to the first of them;
  *  - resets: positions are forgotten with the claim positions (claimpos.c);
  *    then pulls scan from the start until one moves the position again.
  * Executor 0's positions check looks behind each position for an announced
@@ -44,8 +47,11 @@ typedef struct PendingPull
 {
 	uint64		ticket;
 	int			puller;			/* index in the slot's pullers */
-	bool		took;
-	VqPullKey	upto;
+	char		handler[VQ_NAME_MAX + 1];
+	bool		holds;			/* it took jobs (undone if the transaction aborts) ... */
+	VqPullKey	low;			/* ... the first of them */
+	bool		may_move;		/* the position may move ... */
+	VqPullKey	upto;			/* ... to this key at commit */
 } PendingPull;
 
 static PendingPull pending[PULLS_PER_TRANSACTION];
@@ -130,7 +136,11 @@ LowerLocked(VqDatabaseSlot *slot, const char *handler, const VqPullKey *key)
 	}
 }
 
-/* End this transaction's pulls: move the positions at commit (caller holds the slot's lock). */
+/*
+ * End this transaction's pulls (caller holds the slot's lock): at commit,
+ * move the positions; at abort, the jobs they took are waiting again: lower
+ * the positions to them.
+ */
 static void
 EndPullsLocked(VqDatabaseSlot *slot, void *arg)
 {
@@ -140,11 +150,14 @@ EndPullsLocked(VqDatabaseSlot *slot, void *arg)
 	{
 		VqPuller   *q = &slot->positions.pullers[pending[k].puller];
 		VqPullPosition *p;
+		bool		mine = q->ticket == pending[k].ticket;	/* (else forgotten meanwhile) */
 
-		if (q->ticket != pending[k].ticket)
-			continue;			/* forgotten meanwhile */
+		if (!commit && pending[k].holds)
+			LowerLocked(slot, pending[k].handler, &pending[k].low);
+		if (!mine)
+			continue;
 		q->ticket = 0;
-		if (!commit || !pending[k].took || VqComparePullKeys(&pending[k].upto, &q->floor) >= 0)
+		if (!commit || !pending[k].may_move || VqComparePullKeys(&pending[k].upto, &q->floor) >= 0)
 			continue;
 		p = FindPosition(slot, q->handler, true);
 		if (p != NULL && VqComparePullKeys(&pending[k].upto, &p->pos) > 0)
@@ -177,12 +190,23 @@ PullXactCallback(XactEvent event, void *arg)
 		EndPulls(false);
 }
 
+/* A subtransaction aborted: the pulls' takes in it are undone (all are treated so). */
+static void
+LowerHeldLocked(VqDatabaseSlot *slot, void *arg)
+{
+	for (int k = 0; k < n_pending; k++)
+		if (pending[k].holds)
+			LowerLocked(slot, pending[k].handler, &pending[k].low);
+}
+
 static void
 PullSubXactCallback(SubXactEvent event, SubTransactionId mySubid, SubTransactionId parentSubid, void *arg)
 {
-	if (event == SUBXACT_EVENT_ABORT_SUB)
-		for (int k = 0; k < n_pending; k++)
-			pending[k].took = false;
+	if (event != SUBXACT_EVENT_ABORT_SUB || n_pending == 0)
+		return;
+	(void) VqWithDatabaseSlot(MyDatabaseId, LW_EXCLUSIVE, LowerHeldLocked, NULL);
+	for (int k = 0; k < n_pending; k++)
+		pending[k].may_move = false;
 }
 
 /* Begin a pull (caller holds the slot's lock); arg: the handler, then its position out. */
@@ -216,9 +240,11 @@ BeginLocked(VqDatabaseSlot *slot, void *arg)
 		strlcpy(q->handler, a->handler, sizeof(q->handler));
 		q->floor = (VqPullKey) {PG_INT64_MAX, DT_NOEND, {{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
 					0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}}};
+		q->xid = InvalidTransactionId;
+		memset(&a->registration, 0, sizeof(PendingPull));
 		a->registration.ticket = q->ticket;
 		a->registration.puller = i;
-		a->registration.took = false;
+		strlcpy(a->registration.handler, a->handler, sizeof(a->registration.handler));
 		a->registered = true;
 	}
 }
@@ -256,14 +282,81 @@ VqPullMayMove(void)
 	return last_registered;
 }
 
-/* What the last pull begun took (see pullpos.h). */
+typedef struct TakenArgs
+{
+	int			puller;
+	uint64		ticket;
+	TransactionId xid;
+} TakenArgs;
+
+static void
+TakenLocked(VqDatabaseSlot *slot, void *arg)
+{
+	TakenArgs  *a = arg;
+	VqPuller   *q = &slot->positions.pullers[a->puller];
+
+	if (q->ticket == a->ticket)
+		q->xid = a->xid;
+}
+
+/* The last pull begun took jobs, the first at low (see pullpos.h). */
 void
-VqPullTook(const VqPullKey *upto)
+VqPullTaken(const VqPullKey *low)
+{
+	PendingPull *pull = &pending[n_pending - 1];
+	TakenArgs	a;
+
+	if (!last_registered)
+		return;
+	if (!pull->holds || VqComparePullKeys(low, &pull->low) < 0)
+		pull->low = *low;
+	pull->holds = true;
+	a.puller = pull->puller;
+	a.ticket = pull->ticket;
+	a.xid = GetCurrentTransactionIdIfAny();
+	(void) VqWithDatabaseSlot(MyDatabaseId, LW_EXCLUSIVE, TakenLocked, &a);
+}
+
+/* How far the last pull begun may move the position at commit (see pullpos.h). */
+void
+VqPullMayMoveTo(const VqPullKey *upto)
 {
 	if (!last_registered)
 		return;
-	pending[n_pending - 1].took = true;
+	pending[n_pending - 1].may_move = true;
 	pending[n_pending - 1].upto = *upto;
+}
+
+typedef struct HeldArgs
+{
+	const char *handler;
+	TransactionId xid;
+	bool		held;
+} HeldArgs;
+
+static void
+HeldLocked(VqDatabaseSlot *slot, void *arg)
+{
+	HeldArgs   *a = arg;
+
+	for (int i = 0; i < VQ_MAX_PULLERS && !a->held; i++)
+	{
+		VqPuller   *q = &slot->positions.pullers[i];
+
+		a->held = q->ticket != 0 && q->xid == a->xid && strcmp(q->handler, a->handler) == 0;
+	}
+}
+
+/* Is xid the transaction of another pull of the handler in flight (see pullpos.h)? */
+bool
+VqPullHeldByAnother(const char *handler, TransactionId xid)
+{
+	HeldArgs	a = {handler, xid, false};
+
+	if (!TransactionIdIsValid(xid) || TransactionIdIsCurrentTransactionId(xid))
+		return false;
+	(void) VqWithDatabaseSlot(MyDatabaseId, LW_SHARED, HeldLocked, &a);
+	return a.held;
 }
 
 /* A job announced in this transaction (see pullpos.h). */

@@ -26,12 +26,21 @@ extern bool VqPullBegin(const char *handler, VqPullKey *from);
 extern bool VqPullMayMove(void);
 
 /*
- * The pull just begun took jobs and, in a fresh look, no job it left behind
- * (not taken, in any transaction) lies between where it began and upto: when
- * its transaction commits, the position moves to upto, unless a commit lowered
- * it below meanwhile. Without a call, the pull moves nothing.
+ * The pull just begun took jobs, the first (in pull order) at low: if its
+ * transaction aborts, the position is lowered to it; until it ends, other
+ * pulls may look past the jobs it holds.
  */
-extern void VqPullTook(const VqPullKey *upto);
+extern void VqPullTaken(const VqPullKey *low);
+
+/*
+ * A fresh look found no job the pull left behind (not taken, held by no
+ * other pull) between where it began and upto: when its transaction commits,
+ * the position moves to upto, unless a commit lowered it below meanwhile.
+ */
+extern void VqPullMayMoveTo(const VqPullKey *upto);
+
+/* Is xid the (sub)transaction of another pull of the handler that has not ended? */
+extern bool VqPullHeldByAnother(const char *handler, TransactionId xid);
 
 /*
  * Executors: a NOTIFY job of a handler is announced in this transaction; once

@@ -144,6 +144,7 @@ typedef struct VqPuller
 	uint64		ticket;			/* 0 = free; otherwise names the pull (VqDatabaseSlot.pull_tickets) */
 	char		handler[VQ_NAME_MAX + 1];
 	VqPullKey	floor;			/* lowest key a commit lowered the handler to since the pull began */
+	TransactionId xid;			/* the (sub)transaction its takes are in, once it took (else invalid) */
 } VqPuller;
 
 typedef struct VqClaimPositions
