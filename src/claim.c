@@ -35,6 +35,7 @@
 
 #include "claim.h"
 #include "claimpos.h"
+#include "inflight.h"
 #include "executor.h"
 #include "job.h"
 #include "outcome.h"
@@ -137,31 +138,6 @@ Reschedule(QueuePoll *p, VqQueue *q, bool found_work, TimestampTz now)
 }
 
 /*
- * The NOTIFY bound entry of a queue (caller holds the slot's lock), created
- * if asked; NULL when it has none and none is free (its claims then count).
- */
-static VqNotifyBound *
-FindNotifyBound(const char *queue, bool create)
-{
-	VqNotifyBound *free_entry = NULL;
-
-	for (int i = 0; i < VQ_MAX_CLAIM_QUEUES; i++)
-	{
-		VqNotifyBound *b = &VqMyDatabaseSlot->notify_bounds[i];
-
-		if (strcmp(b->queue, queue) == 0)
-			return b;
-		if (b->queue[0] == '\0' && free_entry == NULL)
-			free_entry = b;
-	}
-	if (!create || free_entry == NULL)
-		return NULL;
-	memset(free_entry, 0, sizeof(VqNotifyBound));
-	strlcpy(free_entry->queue, queue, sizeof(free_entry->queue));
-	return free_entry;
-}
-
-/*
  * Reserve room for up to want jobs of a queue whose capacity is cap; returns
  * how many may be claimed (the reservation is this executor's "claimed"
  * count until it is lowered again) and, in *others, how many the other
@@ -172,7 +148,6 @@ static int
 ReserveCapacity(const char *queue, int cap, int want, int *others, int *notify_bound)
 {
 	VqExecutorSlot *me = VqMyExecutorSlot;
-	VqNotifyBound *bound;
 	int			n;
 
 	*others = 0;
@@ -188,103 +163,9 @@ ReserveCapacity(const char *queue, int cap, int want, int *others, int *notify_b
 	strlcpy(me->queue, queue, sizeof(me->queue));
 	me->claimed = n;
 	strlcpy(me->capacity_wait, n == 0 ? queue : "", sizeof(me->capacity_wait));
-	bound = FindNotifyBound(queue, false);
-	*notify_bound = bound != NULL && bound->valid ? bound->counted + bound->since : -1;
+	*notify_bound = VqNotifyBoundLocked(VqMyDatabaseSlot, queue);
 	LWLockRelease(VqMyDatabaseSlot->lock);
 	return n;
-}
-
-/*
- * Count a queue's NOTIFY jobs in flight in the table, and make the count the
- * queue's new bound. The bound's announcements start from zero before the
- * count's snapshot is taken, so every announcement is in the count or added
- * after it (or both); a count begun later replaces this one.
- */
-static int
-CountNotifyInFlight(VqQueue *queue, TimestampTz now)
-{
-	VqNotifyBound *bound;
-	uint64		generation = 0;
-	int			all;
-	int			in_flight;
-
-	LWLockAcquire(VqMyDatabaseSlot->lock, LW_EXCLUSIVE);
-	bound = FindNotifyBound(queue->name, true);
-	if (bound != NULL)
-	{
-		generation = ++bound->generation;
-		bound->valid = false;
-		bound->since = 0;
-	}
-	LWLockRelease(VqMyDatabaseSlot->lock);
-
-	in_flight = VqExternalInFlight(queue, now, &all);
-
-	LWLockAcquire(VqMyDatabaseSlot->lock, LW_EXCLUSIVE);
-	bound = FindNotifyBound(queue->name, false);
-	if (bound != NULL && bound->generation == generation)
-	{
-		/* all of them: one announced long ago and not counted may still be taken */
-		bound->counted = all;
-		bound->valid = true;
-	}
-	LWLockRelease(VqMyDatabaseSlot->lock);
-	return in_flight;
-}
-
-/* NOTIFY jobs announced in this transaction, by queue (see VqNoteAnnounced). */
-#define ANNOUNCED_QUEUES 4
-static struct
-{
-	char		queue[VQ_NAME_MAX + 1];
-	int			n;
-}			announced[ANNOUNCED_QUEUES];
-static int	n_announced_queues = 0;
-static bool announced_overflow = false;
-
-/* A NOTIFY job of a queue is announced in this transaction (see claim.h). */
-void
-VqNoteAnnounced(const char *queue)
-{
-	for (int i = 0; i < n_announced_queues; i++)
-		if (strcmp(announced[i].queue, queue) == 0)
-		{
-			announced[i].n++;
-			return;
-		}
-	if (n_announced_queues == ANNOUNCED_QUEUES)
-	{
-		announced_overflow = true;
-		return;
-	}
-	strlcpy(announced[n_announced_queues].queue, queue, sizeof(announced[0].queue));
-	announced[n_announced_queues++].n = 1;
-}
-
-/*
- * The transaction that announced them committed (see claim.h): add them to
- * their queues' bounds, before the reservation they were claimed in is
- * released. (Notes of a transaction that aborted are added by the next
- * commit: an overcount, which only costs a count.)
- */
-void
-VqAnnouncementsCommitted(void)
-{
-	if (n_announced_queues == 0 && !announced_overflow)
-		return;
-	LWLockAcquire(VqMyDatabaseSlot->lock, LW_EXCLUSIVE);
-	for (int i = 0; i < VQ_MAX_CLAIM_QUEUES && announced_overflow; i++)
-		VqMyDatabaseSlot->notify_bounds[i].valid = false;
-	for (int i = 0; i < n_announced_queues; i++)
-	{
-		VqNotifyBound *bound = FindNotifyBound(announced[i].queue, false);
-
-		if (bound != NULL)
-			bound->since += announced[i].n;
-	}
-	LWLockRelease(VqMyDatabaseSlot->lock);
-	n_announced_queues = 0;
-	announced_overflow = false;
 }
 
 /* Set this executor's count of claimed, unfinished jobs (see claim.h). */
@@ -334,7 +215,7 @@ RoomInQueue(VqRegistry *registry, VqQueue *queue, TimestampTz now)
 		 * jobs each time.
 		 */
 		if (notify_bound < 0 || cap - others - notify_bound < room)
-			notify_bound = CountNotifyInFlight(queue, now);
+			notify_bound = VqCountNotifyInFlight(queue, now);
 		room = Min(room, Max(0, cap - others - notify_bound));
 		if (room == 0)
 			VqSetClaimed(0, false);

@@ -54,14 +54,6 @@ extern void VqCheckClaimPositions(VqRegistry *registry, TimestampTz now);
 extern void VqSetClaimed(int n, bool jobs_finished);
 
 /*
- * A NOTIFY job of the queue is announced in this transaction; once it has
- * committed, VqAnnouncementsCommitted adds them to their queues' bounds of
- * jobs in flight (call it before lowering the reservation they were made in).
- */
-extern void VqNoteAnnounced(const char *queue);
-extern void VqAnnouncementsCommitted(void);
-
-/*
  * A handler with max_running: take one of its turns before running its job
  * (false: all taken, leave the job), and give it back when the job ended.
  */

@@ -30,6 +30,7 @@
 #include "callbacks.h"
 #include "consumer.h"
 #include "enqueue.h"
+#include "inflight.h"
 #include "job.h"
 #include "outcome.h"
 #include "pullpos.h"
@@ -190,6 +191,7 @@ Reply(FunctionCallInfo fcinfo, const char *error, int attempt_arg)
 			VqPersistFailure(job, &outcome, VqLookupQueue(VqRegistryGet(), job->queue), GetCurrentTimestamp());
 		accepted = true;
 		/* the reply frees the queue's capacity: let the executors announce the next job at commit */
+		VqNotifyJobEnding(job->queue);
 		VqWakeAtCommit(GetCurrentTimestamp());
 	}
 	/* (ignored lives in SPI memory: report it before SPI_finish frees it) */

@@ -56,6 +56,7 @@
 #include "utils/typcache.h"
 
 #include "claim.h"
+#include "inflight.h"
 #include "pullpos.h"
 #include "compat.h"
 #include "context.h"

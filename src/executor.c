@@ -68,6 +68,7 @@
 #include "utils/wait_event.h"
 
 #include "claim.h"
+#include "inflight.h"
 #include "consumer.h"
 #include "claimpos.h"
 #include "compact.h"
