@@ -222,15 +222,6 @@ vq_fail(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(Reply(fcinfo, error, 2));
 }
 
-/* The key parameters of a pull position: $n .. $n+2 (negated priority, scheduled_at, execution_id). */
-static void
-PullKeyValues(const VqPullKey *key, Datum *values)
-{
-	values[0] = Int64GetDatum(key->neg_priority);
-	values[1] = TimestampTzGetDatum(key->scheduled_at);
-	values[2] = UUIDPGetDatum(unconstify(pg_uuid_t *, &key->execution_id));
-}
-
 /* The key of a row (priority, scheduled_at and execution_id at these columns). */
 static VqPullKey
 RowPullKey(HeapTuple tup, TupleDesc desc, int priority_col, int scheduled_col, int id_col)
@@ -241,13 +232,6 @@ RowPullKey(HeapTuple tup, TupleDesc desc, int priority_col, int scheduled_col, i
 						 DatumGetTimestampTz(SPI_getbinval(tup, desc, scheduled_col, &isnull)),
 						 DatumGetUUIDP(SPI_getbinval(tup, desc, id_col, &isnull)));
 }
-
-/* An announced job no consumer took: the predicate of job_pull_idx, and not taken. */
-#define WAITING_FOR_CONSUMER \
-	" state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state AND worker_pid IS NULL AND consumer_claimed_at IS NULL"
-/* The pull order, as job_pull_idx keys it. */
-#define PULL_KEY \
-	"ROW(OPERATOR(pg_catalog.-) (priority::pg_catalog.int8), scheduled_at, execution_id)"
 
 /*
  * Take up to max_jobs announced jobs of a handler after the key from, in pull
@@ -264,14 +248,14 @@ TakeWaitingJobs(VqHandler *handler, int32 max_jobs, Oid caller, bool granted, co
 	values[1] = Int32GetDatum(max_jobs);
 	values[2] = ObjectIdGetDatum(caller);
 	values[3] = BoolGetDatum(granted);
-	PullKeyValues(from, &values[4]);
+	VqPullKeyDatums(from, &values[4]);
 	if (SPI_execute_plan(VqKeepPlan(&pull_plan,
 							  "WITH claimed AS ("
 							  " UPDATE vq.job_active j SET consumer_claimed_at = pg_catalog.clock_timestamp(),"
 							  "  updated_at = pg_catalog.clock_timestamp()"
 							  " FROM (SELECT execution_id FROM vq.job_active"
-							  "       WHERE handler OPERATOR(pg_catalog.=) $1 AND" WAITING_FOR_CONSUMER
-							  "       AND " PULL_KEY " OPERATOR(pg_catalog.>) ROW($5, $6, $7)"
+							  "       WHERE handler OPERATOR(pg_catalog.=) $1 AND" VQ_WAITING_FOR_CONSUMER
+							  "       AND " VQ_PULL_KEY " OPERATOR(pg_catalog.>) ROW($5, $6, $7)"
 							  "       AND ($4 OR pg_catalog.pg_has_role($3, enqueued_by, 'USAGE'))"
 							  "       ORDER BY OPERATOR(pg_catalog.-) (priority::pg_catalog.int8), scheduled_at, execution_id"
 							  "       LIMIT $2 FOR UPDATE SKIP LOCKED) c"
@@ -301,13 +285,13 @@ FirstLeftBehind(VqHandler *handler, const VqPullKey *from, const VqPullKey *upto
 	Datum		values[7];
 
 	values[0] = handler->name_datum;
-	PullKeyValues(from, &values[1]);
-	PullKeyValues(upto, &values[4]);
+	VqPullKeyDatums(from, &values[1]);
+	VqPullKeyDatums(upto, &values[4]);
 	if (SPI_execute_plan(VqKeepPlan(&left_plan,
 							  "SELECT priority, scheduled_at, execution_id, xmax FROM vq.job_active"
-							  " WHERE handler OPERATOR(pg_catalog.=) $1 AND" WAITING_FOR_CONSUMER
-							  " AND " PULL_KEY " OPERATOR(pg_catalog.>) ROW($2, $3, $4)"
-							  " AND " PULL_KEY " OPERATOR(pg_catalog.<=) ROW($5, $6, $7)"
+							  " WHERE handler OPERATOR(pg_catalog.=) $1 AND" VQ_WAITING_FOR_CONSUMER
+							  " AND " VQ_PULL_KEY " OPERATOR(pg_catalog.>) ROW($2, $3, $4)"
+							  " AND " VQ_PULL_KEY " OPERATOR(pg_catalog.<=) ROW($5, $6, $7)"
 							  " ORDER BY OPERATOR(pg_catalog.-) (priority::pg_catalog.int8), scheduled_at, execution_id"
 							  " LIMIT " CppAsString2(LEFT_BEHIND_LOOK),
 							  7, (Oid[]) {TEXTOID, INT8OID, TIMESTAMPTZOID, UUIDOID, INT8OID, TIMESTAMPTZOID, UUIDOID}),
@@ -364,6 +348,30 @@ NoteHowFarTaken(VqHandler *handler, const VqPullKey *from, SPITupleTable *taken)
 }
 
 /*
+ * After vq_take took a job: a take is a pull of one job, and moves the
+ * position of its handler as a pull does (consumers that take the jobs
+ * their notifications name then keep it close behind the announcements).
+ */
+static void
+NoteTake(VqRegistry *registry, SPITupleTable *taken)
+{
+	char	   *handler_name = SPI_getvalue(taken->vals[0], taken->tupdesc, 3);
+	VqHandler  *handler = VqLookupHandler(registry, handler_name);
+	VqPullKey	key = RowPullKey(taken->vals[0], taken->tupdesc, 9, 7, 1);
+	VqPullKey	from;
+	VqPullKey	left;
+
+	if (handler == NULL)
+		return;
+	(void) VqPullBegin(handler_name, &from);
+	if (!VqPullMayMove())
+		return;
+	VqPullTaken(&key);
+	if (VqComparePullKeys(&key, &from) > 0 && !FirstLeftBehind(handler, &from, &key, &left))
+		VqPullMayMoveTo(&key);
+}
+
+/*
  * Executor 0, with the claim positions check: move each pull position back to
  * an announced job no consumer took that lies behind it (LOG it when it was
  * there for more than a second: something moved the position past it).
@@ -385,11 +393,11 @@ VqCheckPullPositions(TimestampTz now)
 
 		CHECK_FOR_INTERRUPTS();
 		values[0] = CStringGetTextDatum(positions[i].handler);
-		PullKeyValues(&positions[i].pos, &values[1]);
+		VqPullKeyDatums(&positions[i].pos, &values[1]);
 		if (SPI_execute_plan(VqKeepPlan(&behind_plan,
 								  "SELECT priority, scheduled_at, execution_id, updated_at FROM vq.job_active"
-								  " WHERE handler OPERATOR(pg_catalog.=) $1 AND" WAITING_FOR_CONSUMER
-								  " AND " PULL_KEY " OPERATOR(pg_catalog.<=) ROW($2, $3, $4)"
+								  " WHERE handler OPERATOR(pg_catalog.=) $1 AND" VQ_WAITING_FOR_CONSUMER
+								  " AND " VQ_PULL_KEY " OPERATOR(pg_catalog.<=) ROW($2, $3, $4)"
 								  " ORDER BY OPERATOR(pg_catalog.-) (priority::pg_catalog.int8), scheduled_at, execution_id"
 								  " LIMIT 1",
 								  4, (Oid[]) {TEXTOID, INT8OID, TIMESTAMPTZOID, UUIDOID}),
@@ -461,8 +469,7 @@ vq_pull(PG_FUNCTION_ARGS)
 	VqBecomeOwner(registry->owner, &saved);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "vq_job: SPI_connect failed");
-	if (!VqPullBegin(handler_name, &from))
-		from = VqMakePullKey(PG_INT32_MAX, DT_NOBEGIN, NULL);	/* (before every job) */
+	(void) VqPullBegin(handler_name, &from);
 	taken = TakeWaitingJobs(handler, max_jobs, caller, GrantedConsumer(caller, handler_name), &from);
 
 	for (uint64 i = 0; i < taken; i++)
@@ -530,18 +537,20 @@ vq_take(PG_FUNCTION_ARGS)
 							  "                 WHERE g.handler OPERATOR(pg_catalog.=) j.handler"
 							  "                 AND pg_catalog.pg_has_role($3, g.grantee, 'USAGE')))"
 							  " RETURNING j.execution_id, j.job_id, j.handler, j.attempt_number, j.payload,"
-							  "  j.metadata, j.scheduled_at, j.cancel_requested",
+							  "  j.metadata, j.scheduled_at, j.cancel_requested, j.priority",
 							  4, (Oid[]) {UUIDOID, INT4OID, OIDOID, TEXTOID}),
 						 values, nulls, false, 0) != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "vq_job: vq_take failed");
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
-		Datum		row[8];
-		bool		rnulls[8];
+		Datum		row[9];			/* (the ninth, priority, is not returned) */
+		bool		rnulls[9];
 
 		heap_deform_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, row, rnulls);
 		tuplestore_putvalues(store, desc, row, rnulls);
 	}
+	if (SPI_processed == 1)
+		NoteTake(registry, SPI_tuptable);
 	SPI_finish();
 	VqRestoreUser(&saved);
 	return (Datum) 0;

@@ -568,67 +568,99 @@ VqDispatchNotify(VqJob *job, const char *channel)
 	VqNotePullAnnounced(job->handler, job->priority, job->scheduled_at);
 }
 
+/* Jobs of the handler waiting after from (its pull position: none waits before it) and announced by $1. */
+#define WAITING_SINCE \
+	" handler OPERATOR(pg_catalog.=) $2 AND" VQ_WAITING_FOR_CONSUMER \
+	" AND " VQ_PULL_KEY " OPERATOR(pg_catalog.>) ROW($3, $4, $5) AND started_at OPERATOR(pg_catalog.<=) $1"
+
+/*
+ * Announce again up to room jobs of a handler in a queue that waited since
+ * $1 (values: $1 .. $5 as WAITING_SINCE wants them), in pull order.
+ */
+static void
+AnnounceAgain(Datum *values, VqQueue *queue, int room, TimestampTz now)
+{
+	static SPIPlanPtr announce_plan = NULL;
+
+	values[5] = queue->name_datum;
+	values[6] = Int32GetDatum(room);
+	values[7] = TimestampTzGetDatum(now);
+	if (SPI_execute_plan(VqKeepPlan(&announce_plan,
+							  "UPDATE vq.job_active j SET started_at = $8, updated_at = $8"
+							  " FROM (SELECT execution_id FROM vq.job_active WHERE" WAITING_SINCE
+							  "       AND queue OPERATOR(pg_catalog.=) $6"
+							  "       ORDER BY OPERATOR(pg_catalog.-) (priority::pg_catalog.int8), scheduled_at, execution_id"
+							  "       LIMIT $7 FOR UPDATE SKIP LOCKED) w"
+							  " WHERE j.execution_id OPERATOR(pg_catalog.=) w.execution_id"
+							  " RETURNING j.execution_id, j.attempt_number, j.handler_address",
+							  8, (Oid[]) {TIMESTAMPTZOID, TEXTOID, INT8OID, TIMESTAMPTZOID, UUIDOID, TEXTOID,
+								  INT4OID, TIMESTAMPTZOID}),
+						 values, NULL, false, 0) != SPI_OK_UPDATE_RETURNING)
+		elog(ERROR, "vq_job: announcing NOTIFY jobs again failed");
+	for (uint64 k = 0; k < SPI_processed; k++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[k];
+		bool		isnull;
+		char	   *address = SPI_getvalue(tup, SPI_tuptable->tupdesc, 3);
+
+		if (strncmp(address, "notify:", 7) == 0)
+			Announce(address + 7, DatumGetUUIDP(SPI_getbinval(tup, SPI_tuptable->tupdesc, 1, &isnull)),
+					 DatumGetInt32(SPI_getbinval(tup, SPI_tuptable->tupdesc, 2, &isnull)));
+		/* (counted again: it was not, once its take timeout passed) */
+		VqNoteAnnounced(queue->name);
+	}
+}
+
 /*
  * Announce again NOTIFY jobs that no consumer took within
  * vq.notify_take_timeout_ms (they hold no capacity meanwhile, and no attempt
  * is consumed): for one queue that has some, as many as its free capacity
  * allows, and only while none of its jobs is due. Each counts against the
- * capacity again for a take timeout. In the caller's transaction; returns
- * true when room was reserved (release it after the commit).
+ * capacity again for a take timeout. Each handler's waiting jobs are looked
+ * for after its pull position (pullpos.c), not among every answered job's
+ * row versions. In the caller's transaction; returns true when room was
+ * reserved (release it after the commit).
  */
 bool
 VqReannounceWaiting(VqRegistry *registry, TimestampTz now)
 {
 	static SPIPlanPtr queues_plan = NULL;
-	static SPIPlanPtr announce_plan = NULL;
-	Datum		values[4];
-	List	   *queues = NIL;
-	ListCell   *lc;
+	HASH_SEQ_STATUS seq;
+	VqHandler  *handler;
+	Datum		values[8];
 
 	values[0] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now, -(int64) vq_notify_take_timeout_ms));
-	values[1] = TimestampTzGetDatum(now);
-#define WAITING \
-	" state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state AND worker_pid IS NULL" \
-	" AND consumer_claimed_at IS NULL AND started_at OPERATOR(pg_catalog.<=) $1"
-	if (SPI_execute_plan(VqKeepPlan(&queues_plan,
-							  "SELECT DISTINCT queue FROM vq.job_active WHERE" WAITING,
-							  1, (Oid[]) {TIMESTAMPTZOID}),
-						 values, NULL, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "vq_job: looking for unannounced NOTIFY jobs failed");
-	for (uint64 i = 0; i < SPI_processed; i++)
-		queues = lappend(queues, SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1));
-	foreach(lc, queues)			/* (the statements below replace SPI_tuptable) */
+	hash_seq_init(&seq, registry->handler_hash);
+	while ((handler = hash_seq_search(&seq)) != NULL)
 	{
-		VqQueue    *queue = VqLookupQueue(registry, lfirst(lc));
-		int			room = queue ? VqRoomToReannounce(registry, queue, now) : 0;
+		List	   *queues = NIL;
+		VqPullKey	from;
+		ListCell   *lc;
 
-		if (room == 0)
+		if (handler->is_function)
 			continue;
-		values[2] = queue->name_datum;
-		values[3] = Int32GetDatum(room);
-		if (SPI_execute_plan(VqKeepPlan(&announce_plan,
-								  "UPDATE vq.job_active j SET started_at = $2, updated_at = $2"
-								  " FROM (SELECT execution_id FROM vq.job_active WHERE queue OPERATOR(pg_catalog.=) $3 AND" WAITING
-								  "       ORDER BY priority DESC, scheduled_at LIMIT $4 FOR UPDATE SKIP LOCKED) w"
-								  " WHERE j.execution_id OPERATOR(pg_catalog.=) w.execution_id"
-								  " RETURNING j.execution_id, j.attempt_number, j.handler_address",
-								  4, (Oid[]) {TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, INT4OID}),
-							 values, NULL, false, 0) != SPI_OK_UPDATE_RETURNING)
-			elog(ERROR, "vq_job: announcing NOTIFY jobs again failed");
-		for (uint64 k = 0; k < SPI_processed; k++)
+		from = VqPullPositionOf(handler->name);
+		values[1] = handler->name_datum;
+		VqPullKeyDatums(&from, &values[2]);
+		if (SPI_execute_plan(VqKeepPlan(&queues_plan,
+								  "SELECT DISTINCT queue FROM vq.job_active WHERE" WAITING_SINCE,
+								  5, (Oid[]) {TIMESTAMPTZOID, TEXTOID, INT8OID, TIMESTAMPTZOID, UUIDOID}),
+							 values, NULL, true, 0) != SPI_OK_SELECT)
+			elog(ERROR, "vq_job: looking for unannounced NOTIFY jobs failed");
+		for (uint64 i = 0; i < SPI_processed; i++)
+			queues = lappend(queues, SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1));
+		foreach(lc, queues)		/* (the statements below replace SPI_tuptable) */
 		{
-			HeapTuple	tup = SPI_tuptable->vals[k];
-			bool		isnull;
-			char	   *address = SPI_getvalue(tup, SPI_tuptable->tupdesc, 3);
+			VqQueue    *queue = VqLookupQueue(registry, lfirst(lc));
+			int			room = queue ? VqRoomToReannounce(registry, queue, now) : 0;
 
-			if (strncmp(address, "notify:", 7) == 0)
-				Announce(address + 7, DatumGetUUIDP(SPI_getbinval(tup, SPI_tuptable->tupdesc, 1, &isnull)),
-						 DatumGetInt32(SPI_getbinval(tup, SPI_tuptable->tupdesc, 2, &isnull)));
-			/* (counted again: it was not, once its take timeout passed) */
-			VqNoteAnnounced(queue->name);
+			if (room == 0)
+				continue;
+			AnnounceAgain(values, queue, room, now);
+			hash_seq_term(&seq);
+			return true;		/* one queue per call: the reservation is per queue */
 		}
-		return true;			/* one queue per call: the reservation is per queue */
 	}
-#undef WAITING
 	return false;
 }
+#undef WAITING_SINCE

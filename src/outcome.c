@@ -357,36 +357,10 @@ typedef struct RunningJob
 	" worker_started_at, updated_at, priority, scheduled_at, worker_timeline" \
 	" FROM vq.job_active WHERE state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state"
 
-/*
- * The RUNNING jobs that may be orphans: when executors is true, those run by
- * an executor and the NOTIFY jobs taken longer ago than the timeout; when
- * only notify is true, those NOTIFY jobs.
- */
+/* Append the rows of a rescue candidates query to jobs. */
 static List *
-ReadRescueCandidates(TimestampTz now, bool executors, bool notify)
+CopyRescueCandidates(List *jobs)
 {
-	static SPIPlanPtr executors_plan = NULL;
-	static SPIPlanPtr notify_plan = NULL;
-	Datum		values[1];
-	SPIPlanPtr	plan;
-	List	   *jobs = NIL;
-
-	if (!executors && !(notify && vq_execution_timeout_ms > 0))
-		return NIL;
-	values[0] = TimestampTzGetDatum(vq_execution_timeout_ms > 0
-									? TimestampTzPlusMilliseconds(now, -(int64) vq_execution_timeout_ms)
-									: DT_NOBEGIN);
-	/* (custom plans, for the reason given at VqExternalInFlight) */
-	if (executors)
-		plan = VqKeepCustomPlan(&executors_plan, RESCUE_CANDIDATES
-								" AND (worker_pid IS NOT NULL OR consumer_claimed_at OPERATOR(pg_catalog.<) $1)",
-								1, (Oid[]) {TIMESTAMPTZOID});
-	else
-		plan = VqKeepCustomPlan(&notify_plan, RESCUE_CANDIDATES
-								" AND worker_pid IS NULL AND consumer_claimed_at OPERATOR(pg_catalog.<) $1",
-								1, (Oid[]) {TIMESTAMPTZOID});
-	if (SPI_execute_plan(plan, values, NULL, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "vq_job: looking for orphaned jobs failed");
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[i];
@@ -409,6 +383,43 @@ ReadRescueCandidates(TimestampTz now, bool executors, bool notify)
 		if (isnull)
 			r->worker_timeline = 0;
 		jobs = lappend(jobs, r);
+	}
+	return jobs;
+}
+
+/*
+ * The RUNNING jobs that may be orphans: with executors, those run by an
+ * executor; with notify, the NOTIFY jobs taken longer ago than the timeout.
+ * Two queries: the executors' jobs are a short range of job_running_idx,
+ * while the NOTIFY jobs' range holds every row version of every NOTIFY job
+ * (a held snapshot keeps them all), so it is looked at less often.
+ */
+static List *
+ReadRescueCandidates(TimestampTz now, bool executors, bool notify)
+{
+	static SPIPlanPtr executors_plan = NULL;
+	static SPIPlanPtr notify_plan = NULL;
+	Datum		values[1];
+	List	   *jobs = NIL;
+
+	/* (custom plans, for the reason given at VqExternalInFlight) */
+	if (executors)
+	{
+		if (SPI_execute_plan(VqKeepCustomPlan(&executors_plan, RESCUE_CANDIDATES " AND worker_pid IS NOT NULL",
+											  0, NULL),
+							 NULL, NULL, true, 0) != SPI_OK_SELECT)
+			elog(ERROR, "vq_job: looking for orphaned jobs failed");
+		jobs = CopyRescueCandidates(jobs);
+	}
+	if (notify && vq_execution_timeout_ms > 0)
+	{
+		values[0] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now, -(int64) vq_execution_timeout_ms));
+		if (SPI_execute_plan(VqKeepCustomPlan(&notify_plan, RESCUE_CANDIDATES
+											  " AND worker_pid IS NULL AND consumer_claimed_at OPERATOR(pg_catalog.<) $1",
+											  1, (Oid[]) {TIMESTAMPTZOID}),
+							 values, NULL, true, 0) != SPI_OK_SELECT)
+			elog(ERROR, "vq_job: looking for unanswered NOTIFY jobs failed");
+		jobs = CopyRescueCandidates(jobs);
 	}
 	return jobs;
 }
@@ -439,9 +450,12 @@ VqRescueOrphans(VqRegistry *registry, TimestampTz now, bool notify)
 {
 	static uint64 exits_seen = PG_UINT64_MAX;
 	static TimestampTz executors_looked_at = 0;
+	static TimestampTz notify_looked_at = 0;
 	uint64		exits = pg_atomic_read_u64(&VqMyDatabaseSlot->executor_exits);
 	bool		executors = exits != exits_seen ||
 		TimestampDifferenceExceeds(executors_looked_at, now, RESCUE_SWEEP_MS);
+	/* a tenth of the timeout late at most, between 1 and 30 s */
+	int			notify_sweep_ms = Min(30000, Max(RESCUE_SWEEP_MS, vq_execution_timeout_ms / 10));
 	TimeLineID	timeline = GetWALInsertionTimeLine();
 	int			abandoned = 0;
 	ListCell   *lc;
@@ -451,6 +465,9 @@ VqRescueOrphans(VqRegistry *registry, TimestampTz now, bool notify)
 		exits_seen = exits;
 		executors_looked_at = now;
 	}
+	notify = notify && TimestampDifferenceExceeds(notify_looked_at, now, notify_sweep_ms);
+	if (notify)
+		notify_looked_at = now;
 	foreach(lc, ReadRescueCandidates(now, executors, notify))
 	{
 		RunningJob *r = lfirst(lc);

@@ -36,7 +36,10 @@ extern bool VqPersistFailure(VqJob *job, VqOutcome *outcome, VqQueue *queue, Tim
 /* Commit-to-be a visible claim: RUNNING with this executor's identity (or none, for a NOTIFY consumer). */
 extern void VqPersistRunning(VqJob *job, bool external, TimestampTz now);
 
-/* Abandon RUNNING jobs of dead executors and (with notify) unanswered NOTIFY jobs; returns how many. */
+/*
+ * Abandon RUNNING jobs of dead executors and (with notify, and at most every
+ * tenth of vq.execution_timeout_ms) unanswered NOTIFY jobs; returns how many.
+ */
 extern int	VqRescueOrphans(VqRegistry *registry, TimestampTz now, bool notify);
 
 /* Save the live progress of the jobs the executors of this database run visibly. */

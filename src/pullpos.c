@@ -8,7 +8,9 @@
  * keeps vacuum from removing any: a pull that scans from the start then walks
  * every job answered since the snapshot was taken. So the database's slot
  * remembers, per handler, the key where pulls got to, and each pull scans
- * from there.
+ * from there. vq_take, which takes the one job a notification named, is a
+ * pull of that job: it moves the position the same way. The re-announcement
+ * of jobs no consumer took looks for them after the position too (dispatch.c).
  *
  * The invariant, per handler: every announced job that no consumer took,
  * whose commit is visible and that no pull in flight holds has a key after the
@@ -69,6 +71,7 @@ static struct
 static int	n_announced = 0;
 static bool announced_overflow = false;
 
+/* (no job has it: a priority is an int4) */
 static const VqPullKey PullKeyMin = {PG_INT64_MIN, DT_NOBEGIN, {{0}}};
 
 /* The key of a job in pull order (see pullpos.h). */
@@ -84,6 +87,15 @@ VqMakePullKey(int32 priority, TimestampTz scheduled_at, const pg_uuid_t *executi
 	else
 		memset(&key.execution_id, 0, sizeof(pg_uuid_t));	/* before every job at that place */
 	return key;
+}
+
+/* A key as SPI parameters (see pullpos.h). */
+void
+VqPullKeyDatums(const VqPullKey *key, Datum *values)
+{
+	values[0] = Int64GetDatum(key->neg_priority);
+	values[1] = TimestampTzGetDatum(key->scheduled_at);
+	values[2] = UUIDPGetDatum(unconstify(pg_uuid_t *, &key->execution_id));
 }
 
 /* Order two keys (see pullpos.h). */
@@ -266,12 +278,11 @@ VqPullBegin(const char *handler, VqPullKey *from)
 		callbacks_registered = true;
 	}
 	if (!VqWithDatabaseSlot(MyDatabaseId, LW_EXCLUSIVE, BeginLocked, &a))
-		return false;			/* no executors here yet: from the start */
+		a.positioned = false;	/* no executors here yet: from the start */
 	last_registered = a.registered;
 	if (a.registered)
 		pending[n_pending++] = a.registration;
-	if (a.positioned)
-		*from = a.from;
+	*from = a.positioned ? a.from : PullKeyMin;
 	return a.positioned;
 }
 
@@ -430,6 +441,34 @@ VqPullPositionLower(const char *handler, const VqPullKey *key)
 	LowerArgs	a = {handler, key};
 
 	(void) VqWithDatabaseSlot(MyDatabaseId, LW_EXCLUSIVE, LowerOne, &a);
+}
+
+typedef struct PositionArgs
+{
+	const char *handler;
+	bool		found;
+	VqPullKey	pos;
+} PositionArgs;
+
+static void
+PositionLocked(VqDatabaseSlot *slot, void *arg)
+{
+	PositionArgs *a = arg;
+	VqPullPosition *p = FindPosition(slot, a->handler, false);
+
+	a->found = p != NULL;
+	if (a->found)
+		a->pos = p->pos;
+}
+
+/* The position of a handler (see pullpos.h). */
+VqPullKey
+VqPullPositionOf(const char *handler)
+{
+	PositionArgs a = {handler, false};
+
+	(void) VqWithDatabaseSlot(MyDatabaseId, LW_SHARED, PositionLocked, &a);
+	return a.found ? a.pos : PullKeyMin;
 }
 
 typedef struct CopyArgs

@@ -2,7 +2,8 @@
 # pull_positions.sh: vq_pull resumes where the previous pulls of its handler ended, and never
 # leaves an announced job behind. After a first load moves the position of handler pp_n along,
 # jobs land before it in every way there is: a higher priority, an earlier scheduled_at, a pull
-# rolled back (or rolled back to a savepoint) after other pulls went past the jobs it held, a job
+# rolled back (or rolled back to a savepoint) after other pulls went past the jobs it held, the
+# same for vq_take (a pull of one job, which moves the position too), a job
 # another transaction holds while the pulls go past it, jobs a restricted consumer may not take. Each is taken by the very next pull
 # that can take it (no waiting for the safety net). Then four consumers race producers: every
 # job pulled exactly once. Pull order is priority DESC, then scheduled_at. Last, a job put back
@@ -111,6 +112,18 @@ assert_pulled "past-1,past-2,past-3" 10 "pull while held is held"
 wait "$holder"
 assert_pulled "held" 10 "pull once the holder committed"
 
+log "2e. vq_take takes in any order; a take rolled back after a pull went past its job"
+enqueue_tags tk- 6
+wait_announced
+take_sql() { echo "SELECT count(vq_complete(t.execution_id, t.attempt)) FROM vq_take((SELECT execution_id
+                FROM vq.job_active WHERE payload ->> 'tag' = '$1')) t"; }
+for t in 2 1 3; do assert_eq 1 "$(q "$(take_sql "tk-$t")")" "tk-$t taken and answered"; done
+hold_pull tk "BEGIN" "SELECT count(*) FROM vq_take((SELECT execution_id FROM vq.job_active
+                                                     WHERE payload ->> 'tag' = 'tk-4'))" "SELECT pg_sleep(1.5)" "ROLLBACK"
+assert_pulled "tk-5,tk-6" 10 "pull while a take holds tk-4"
+wait "$holder"
+assert_pulled "tk-4" 10 "pull after the take rolled back"
+
 log "2d. jobs a restricted consumer may not take"
 enqueue_one theirs-1
 q_as "$R_OWN" "SELECT vq_enqueue('pp_n', '{\"tag\": \"own-1\"}')" >/dev/null
@@ -162,7 +175,8 @@ enqueue_tags net-after- 3
 wait_announced
 assert_eq 4 "$(q "SELECT count(*) FROM vq_pull('pp_n', 10)")" "jobs taken (and left unanswered)"
 log_offset="$(stat -c %s "$VQ_CLUSTER_DIR/server.log")"
-q "UPDATE vq.job_active SET consumer_claimed_at = NULL WHERE payload ->> 'tag' = 'net'" >/dev/null
+q "UPDATE vq.job_active SET consumer_claimed_at = NULL, updated_at = now() - interval '1 min'
+     WHERE payload ->> 'tag' = 'net'" >/dev/null
 deadline=$((SECONDS + 30))
 got=""
 while ((SECONDS < deadline)); do
