@@ -314,37 +314,18 @@ FirstLeftBehind(VqHandler *handler, const VqPullKey *from, const VqPullKey *upto
 /*
  * After a pull took jobs (in pull order, in taken): note the first, and how
  * far the handler's position may move when this transaction commits: up to
- * the last job taken, or, when a job was left behind (one a transaction
- * other than a pull holds, or that the caller's role may not take), up to the
- * last job taken before it.
+ * the last job taken, or just before a job it left behind (one a transaction
+ * other than a pull holds, or that the caller's role may not take).
  */
 static void
 NoteHowFarTaken(VqHandler *handler, const VqPullKey *from, SPITupleTable *taken)
 {
-	uint64		ntaken = taken->numvals;
 	VqPullKey	first = RowPullKey(taken->vals[0], taken->tupdesc, 9, 7, 1);
-	VqPullKey	last = RowPullKey(taken->vals[ntaken - 1], taken->tupdesc, 9, 7, 1);
+	VqPullKey	last = RowPullKey(taken->vals[taken->numvals - 1], taken->tupdesc, 9, 7, 1);
 	VqPullKey	left;
-	int64		upto = -1;
 
 	VqPullTaken(&first);
-	if (!FirstLeftBehind(handler, from, &last, &left))
-	{
-		VqPullMayMoveTo(&last);
-		return;
-	}
-	for (uint64 i = 0; i < ntaken; i++)
-	{
-		VqPullKey	k = RowPullKey(taken->vals[i], taken->tupdesc, 9, 7, 1);
-
-		if (VqComparePullKeys(&k, &left) < 0)
-			upto = (int64) i;
-	}
-	if (upto >= 0)
-	{
-		last = RowPullKey(taken->vals[upto], taken->tupdesc, 9, 7, 1);
-		VqPullMayMoveTo(&last);
-	}
+	VqPullMayMoveTo(&last, FirstLeftBehind(handler, from, &last, &left) ? &left : NULL);
 }
 
 /*
@@ -367,8 +348,8 @@ NoteTake(VqRegistry *registry, SPITupleTable *taken)
 	if (!VqPullMayMove())
 		return;
 	VqPullTaken(&key);
-	if (VqComparePullKeys(&key, &from) > 0 && !FirstLeftBehind(handler, &from, &key, &left))
-		VqPullMayMoveTo(&key);
+	if (VqComparePullKeys(&key, &from) > 0)
+		VqPullMayMoveTo(&key, FirstLeftBehind(handler, &from, &key, &left) ? &left : NULL);
 }
 
 /*

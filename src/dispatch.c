@@ -565,7 +565,7 @@ VqDispatchNotify(VqJob *job, const char *channel)
 	VqPersistRunning(job, true, GetCurrentTimestamp());
 	Announce(channel, &job->execution_id, job->attempt_number);
 	VqNoteAnnounced(job->queue);
-	VqNotePullAnnounced(job->handler, job->priority, job->scheduled_at);
+	VqNotePullAnnounced(job->handler, job->priority, job->scheduled_at, &job->execution_id);
 }
 
 /* Jobs of the handler waiting after from (its pull position: none waits before it) and announced by $1. */

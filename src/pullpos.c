@@ -109,6 +109,26 @@ VqComparePullKeys(const VqPullKey *a, const VqPullKey *b)
 	return memcmp(a->execution_id.data, b->execution_id.data, UUID_LEN);
 }
 
+/*
+ * The key just before key (no job can sit between them): a position there
+ * makes the next scan start at key. The execution_id is taken as a 128-bit
+ * number, as uuid_cmp orders it.
+ */
+static VqPullKey
+KeyBefore(const VqPullKey *key)
+{
+	VqPullKey	before = *key;
+
+	for (int i = UUID_LEN - 1; i >= 0; i--)
+		if (before.execution_id.data[i]-- != 0)
+			return before;		/* (no borrow left) */
+	/* the id was all zeros: the last id of the previous instant (a lower key is always safe) */
+	if (before.scheduled_at == DT_NOBEGIN)
+		return PullKeyMin;
+	before.scheduled_at--;
+	return before;
+}
+
 /* The position of a handler (caller holds the slot's lock), created if asked and there is room. */
 static VqPullPosition *
 FindPosition(VqDatabaseSlot *slot, const char *handler, bool create)
@@ -138,7 +158,7 @@ LowerLocked(VqDatabaseSlot *slot, const char *handler, const VqPullKey *key)
 	VqPullPosition *p = FindPosition(slot, handler, false);
 
 	if (p != NULL && VqComparePullKeys(key, &p->pos) <= 0)
-		p->pos = VqMakePullKey((int32) -key->neg_priority, key->scheduled_at, NULL);
+		p->pos = KeyBefore(key);
 	for (int i = 0; i < VQ_MAX_PULLERS; i++)
 	{
 		VqPuller   *q = &slot->positions.pullers[i];
@@ -162,6 +182,7 @@ EndPullsLocked(VqDatabaseSlot *slot, void *arg)
 	{
 		VqPuller   *q = &slot->positions.pullers[pending[k].puller];
 		VqPullPosition *p;
+		VqPullKey	to;
 		bool		mine = q->ticket == pending[k].ticket;	/* (else forgotten meanwhile) */
 
 		if (!commit && pending[k].holds)
@@ -169,11 +190,13 @@ EndPullsLocked(VqDatabaseSlot *slot, void *arg)
 		if (!mine)
 			continue;
 		q->ticket = 0;
-		if (!commit || !pending[k].may_move || VqComparePullKeys(&pending[k].upto, &q->floor) >= 0)
+		if (!commit || !pending[k].may_move)
 			continue;
+		/* a job lowered to meanwhile waits at the floor: up to just before it */
+		to = VqComparePullKeys(&pending[k].upto, &q->floor) < 0 ? pending[k].upto : KeyBefore(&q->floor);
 		p = FindPosition(slot, q->handler, true);
-		if (p != NULL && VqComparePullKeys(&pending[k].upto, &p->pos) > 0)
-			p->pos = pending[k].upto;
+		if (p != NULL && VqComparePullKeys(&to, &p->pos) > 0)
+			p->pos = to;
 	}
 }
 
@@ -330,12 +353,12 @@ VqPullTaken(const VqPullKey *low)
 
 /* How far the last pull begun may move the position at commit (see pullpos.h). */
 void
-VqPullMayMoveTo(const VqPullKey *upto)
+VqPullMayMoveTo(const VqPullKey *upto, const VqPullKey *left)
 {
 	if (!last_registered)
 		return;
 	pending[n_pending - 1].may_move = true;
-	pending[n_pending - 1].upto = *upto;
+	pending[n_pending - 1].upto = left != NULL && VqComparePullKeys(left, upto) <= 0 ? KeyBefore(left) : *upto;
 }
 
 typedef struct HeldArgs
@@ -372,9 +395,9 @@ VqPullHeldByAnother(const char *handler, TransactionId xid)
 
 /* A job announced in this transaction (see pullpos.h). */
 void
-VqNotePullAnnounced(const char *handler, int32 priority, TimestampTz scheduled_at)
+VqNotePullAnnounced(const char *handler, int32 priority, TimestampTz scheduled_at, const pg_uuid_t *execution_id)
 {
-	VqPullKey	key = VqMakePullKey(priority, scheduled_at, NULL);
+	VqPullKey	key = VqMakePullKey(priority, scheduled_at, execution_id);
 
 	for (int i = 0; i < n_announced; i++)
 		if (strcmp(announced[i].handler, handler) == 0)

@@ -43,11 +43,13 @@ extern bool VqPullMayMove(void);
 extern void VqPullTaken(const VqPullKey *low);
 
 /*
- * A fresh look found no job the pull left behind (not taken, held by no
- * other pull) between where it began and upto: when its transaction commits,
- * the position moves to upto, unless a commit lowered it below meanwhile.
+ * A fresh look between where the pull began and its last take (upto) found
+ * left, the first job the pull left behind (not taken, held by no other
+ * pull), or none (NULL): when its transaction commits, the position moves to
+ * upto or to just before left, and not past a job a commit lowered it to
+ * meanwhile.
  */
-extern void VqPullMayMoveTo(const VqPullKey *upto);
+extern void VqPullMayMoveTo(const VqPullKey *upto, const VqPullKey *left);
 
 /* Is xid the (sub)transaction of another pull of the handler that has not ended? */
 extern bool VqPullHeldByAnother(const char *handler, TransactionId xid);
@@ -56,7 +58,8 @@ extern bool VqPullHeldByAnother(const char *handler, TransactionId xid);
  * Executors: a NOTIFY job of a handler is announced in this transaction; once
  * it committed, VqPullAnnouncementsCommitted lowers the handler's position to it.
  */
-extern void VqNotePullAnnounced(const char *handler, int32 priority, TimestampTz scheduled_at);
+extern void VqNotePullAnnounced(const char *handler, int32 priority, TimestampTz scheduled_at,
+								const pg_uuid_t *execution_id);
 extern void VqPullAnnouncementsCommitted(void);
 
 /* A job of the handler is waiting at key (the positions check found it): lower the position to it. */
