@@ -243,23 +243,31 @@ TakeWaitingJobs(VqHandler *handler, int32 max_jobs, Oid caller, bool granted, co
 {
 	static SPIPlanPtr pull_plan = NULL;
 	Datum		values[7];
+	int			index_scans;
 
 	values[0] = handler->name_datum;
 	values[1] = Int32GetDatum(max_jobs);
 	values[2] = ObjectIdGetDatum(caller);
 	values[3] = BoolGetDatum(granted);
 	VqPullKeyDatums(from, &values[4]);
+	/*
+	 * The jobs by id (= ANY), not a join: a plan made while a held snapshot
+	 * skews the statistics could otherwise join through another index of
+	 * vq.job_active and walk it once per job. Index scans only (spi_util.h):
+	 * job_pull_idx is the one that gives the order.
+	 */
+	index_scans = VqIndexScansBegin();
 	if (SPI_execute_plan(VqKeepPlan(&pull_plan,
 							  "WITH claimed AS ("
 							  " UPDATE vq.job_active j SET consumer_claimed_at = pg_catalog.clock_timestamp(),"
 							  "  updated_at = pg_catalog.clock_timestamp()"
-							  " FROM (SELECT execution_id FROM vq.job_active"
-							  "       WHERE handler OPERATOR(pg_catalog.=) $1 AND" VQ_WAITING_FOR_CONSUMER
-							  "       AND " VQ_PULL_KEY " OPERATOR(pg_catalog.>) ROW($5, $6, $7)"
-							  "       AND ($4 OR pg_catalog.pg_has_role($3, enqueued_by, 'USAGE'))"
-							  "       ORDER BY OPERATOR(pg_catalog.-) (priority::pg_catalog.int8), scheduled_at, execution_id"
-							  "       LIMIT $2 FOR UPDATE SKIP LOCKED) c"
-							  " WHERE j.execution_id OPERATOR(pg_catalog.=) c.execution_id"
+							  " WHERE j.execution_id OPERATOR(pg_catalog.=) ANY (ARRAY("
+							  "  SELECT execution_id FROM vq.job_active"
+							  "  WHERE handler OPERATOR(pg_catalog.=) $1 AND" VQ_WAITING_FOR_CONSUMER
+							  "  AND " VQ_PULL_KEY " OPERATOR(pg_catalog.>) ROW($5, $6, $7)"
+							  "  AND ($4 OR pg_catalog.pg_has_role($3, enqueued_by, 'USAGE'))"
+							  "  ORDER BY OPERATOR(pg_catalog.-) (priority::pg_catalog.int8), scheduled_at, execution_id"
+							  "  LIMIT $2 FOR UPDATE SKIP LOCKED))"
 							  " RETURNING j.execution_id, j.job_id, j.handler, j.attempt_number, j.payload,"
 							  "  j.metadata, j.scheduled_at, j.cancel_requested, j.priority)"
 							  " SELECT execution_id, job_id, handler, attempt_number, payload, metadata, scheduled_at,"
@@ -268,6 +276,7 @@ TakeWaitingJobs(VqHandler *handler, int32 max_jobs, Oid caller, bool granted, co
 							  7, (Oid[]) {TEXTOID, INT4OID, OIDOID, BOOLOID, INT8OID, TIMESTAMPTZOID, UUIDOID}),
 						 values, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "vq_job: vq_pull failed");
+	VqIndexScansEnd(index_scans);
 	return SPI_processed;
 }
 
@@ -283,10 +292,12 @@ FirstLeftBehind(VqHandler *handler, const VqPullKey *from, const VqPullKey *upto
 {
 	static SPIPlanPtr left_plan = NULL;
 	Datum		values[7];
+	int			index_scans;
 
 	values[0] = handler->name_datum;
 	VqPullKeyDatums(from, &values[1]);
 	VqPullKeyDatums(upto, &values[4]);
+	index_scans = VqIndexScansBegin();	/* (job_pull_idx: see TakeWaitingJobs) */
 	if (SPI_execute_plan(VqKeepPlan(&left_plan,
 							  "SELECT priority, scheduled_at, execution_id, xmax FROM vq.job_active"
 							  " WHERE handler OPERATOR(pg_catalog.=) $1 AND" VQ_WAITING_FOR_CONSUMER
@@ -297,6 +308,7 @@ FirstLeftBehind(VqHandler *handler, const VqPullKey *from, const VqPullKey *upto
 							  7, (Oid[]) {TEXTOID, INT8OID, TIMESTAMPTZOID, UUIDOID, INT8OID, TIMESTAMPTZOID, UUIDOID}),
 						 values, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "vq_job: looking behind a pull failed");
+	VqIndexScansEnd(index_scans);
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[i];

@@ -585,13 +585,14 @@ AnnounceAgain(Datum *values, VqQueue *queue, int room, TimestampTz now)
 	values[5] = queue->name_datum;
 	values[6] = Int32GetDatum(room);
 	values[7] = TimestampTzGetDatum(now);
+	/* (by id, not a join, and by job_pull_idx: see vq_pull's TakeWaitingJobs) */
 	if (SPI_execute_plan(VqKeepPlan(&announce_plan,
 							  "UPDATE vq.job_active j SET started_at = $8, updated_at = $8"
-							  " FROM (SELECT execution_id FROM vq.job_active WHERE" WAITING_SINCE
-							  "       AND queue OPERATOR(pg_catalog.=) $6"
-							  "       ORDER BY OPERATOR(pg_catalog.-) (priority::pg_catalog.int8), scheduled_at, execution_id"
-							  "       LIMIT $7 FOR UPDATE SKIP LOCKED) w"
-							  " WHERE j.execution_id OPERATOR(pg_catalog.=) w.execution_id"
+							  " WHERE j.execution_id OPERATOR(pg_catalog.=) ANY (ARRAY("
+							  "  SELECT execution_id FROM vq.job_active WHERE" WAITING_SINCE
+							  "  AND queue OPERATOR(pg_catalog.=) $6"
+							  "  ORDER BY OPERATOR(pg_catalog.-) (priority::pg_catalog.int8), scheduled_at, execution_id"
+							  "  LIMIT $7 FOR UPDATE SKIP LOCKED))"
 							  " RETURNING j.execution_id, j.attempt_number, j.handler_address",
 							  8, (Oid[]) {TIMESTAMPTZOID, TEXTOID, INT8OID, TIMESTAMPTZOID, UUIDOID, TEXTOID,
 								  INT4OID, TIMESTAMPTZOID}),
@@ -628,8 +629,10 @@ VqReannounceWaiting(VqRegistry *registry, TimestampTz now)
 	HASH_SEQ_STATUS seq;
 	VqHandler  *handler;
 	Datum		values[8];
+	int			index_scans;
 
 	values[0] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now, -(int64) vq_notify_take_timeout_ms));
+	index_scans = VqIndexScansBegin();
 	hash_seq_init(&seq, registry->handler_hash);
 	while ((handler = hash_seq_search(&seq)) != NULL)
 	{
@@ -658,9 +661,11 @@ VqReannounceWaiting(VqRegistry *registry, TimestampTz now)
 				continue;
 			AnnounceAgain(values, queue, room, now);
 			hash_seq_term(&seq);
+			VqIndexScansEnd(index_scans);
 			return true;		/* one queue per call: the reservation is per queue */
 		}
 	}
+	VqIndexScansEnd(index_scans);
 	return false;
 }
 #undef WAITING_SINCE
