@@ -23,8 +23,8 @@ extern SPIPlanPtr VqKeepCustomPlan(SPIPlanPtr *plan, const char *sql, int nargs,
 
 /*
  * Until VqIndexScansEnd(level): statements are planned as ordered index scans
- * (enable_seqscan, enable_bitmapscan and enable_sort off). For the executors'
- * searches for work, which read a few entries from a remembered position:
+ * (enable_seqscan, enable_bitmapscan and enable_sort off; jit off, which the
+ * costs of what is disabled would set off). For the searches for work, which read a few entries from a remembered position:
  * the planner prices an index scan by the size of the index, which the dead
  * entries a long-held snapshot leaves behind inflate, and would pick a
  * sequential scan and a sort of the whole table instead.
