@@ -82,10 +82,7 @@ VqMakePullKey(int32 priority, TimestampTz scheduled_at, const pg_uuid_t *executi
 
 	key.neg_priority = -(int64) priority;
 	key.scheduled_at = scheduled_at;
-	if (execution_id)
-		memcpy(&key.execution_id, execution_id, sizeof(pg_uuid_t));
-	else
-		memset(&key.execution_id, 0, sizeof(pg_uuid_t));	/* before every job at that place */
+	memcpy(&key.execution_id, execution_id, sizeof(pg_uuid_t));
 	return key;
 }
 
