@@ -353,7 +353,7 @@ ClaimFromStart(VqQueue *queue, int n, TimestampTz now, Datum excluded, MemoryCon
 {
 	Datum		values[4] = {queue->name_datum, TimestampTzGetDatum(now), excluded, Int32GetDatum(n)};
 
-	if (SPI_execute_plan(VqKeepPlan(&claim_plan,
+	if (SPI_execute_plan(VqKeepGenericPlan(&claim_plan,
 								  CLAIM_COLUMNS
 								  " ORDER BY priority DESC, scheduled_at, execution_id"
 								  " LIMIT $4 FOR UPDATE SKIP LOCKED",
@@ -383,7 +383,7 @@ ClaimFromLevel(VqQueue *queue, VqClaimScan *scan, int n, TimestampTz now, Datum 
 	values[4] = TimestampTzGetDatum(scan->from.scheduled_at);
 	values[5] = UUIDPGetDatum(&scan->from.execution_id);
 	values[6] = Int32GetDatum(n);
-	if (SPI_execute_plan(VqKeepPlan(&level_plan,
+	if (SPI_execute_plan(VqKeepGenericPlan(&level_plan,
 								  CLAIM_COLUMNS
 								  " AND priority OPERATOR(pg_catalog.=) $4"
 								  " AND (scheduled_at, execution_id) OPERATOR(pg_catalog.>) ($5, $6)"

@@ -257,7 +257,7 @@ TakeWaitingJobs(VqHandler *handler, int32 max_jobs, Oid caller, bool granted, co
 	 * job_pull_idx is the one that gives the order.
 	 */
 	index_scans = VqIndexScansBegin();
-	if (SPI_execute_plan(VqKeepPlan(&pull_plan,
+	if (SPI_execute_plan(VqKeepGenericPlan(&pull_plan,
 							  "WITH claimed AS ("
 							  " UPDATE vq.job_active j SET consumer_claimed_at = pg_catalog.clock_timestamp(),"
 							  "  updated_at = pg_catalog.clock_timestamp()"
@@ -298,7 +298,7 @@ FirstLeftBehind(VqHandler *handler, const VqPullKey *from, const VqPullKey *upto
 	VqPullKeyDatums(from, &values[1]);
 	VqPullKeyDatums(upto, &values[4]);
 	index_scans = VqIndexScansBegin();	/* (job_pull_idx: see TakeWaitingJobs) */
-	if (SPI_execute_plan(VqKeepPlan(&left_plan,
+	if (SPI_execute_plan(VqKeepGenericPlan(&left_plan,
 							  "SELECT priority, scheduled_at, execution_id, xmax FROM vq.job_active"
 							  " WHERE handler OPERATOR(pg_catalog.=) $1 AND" VQ_WAITING_FOR_CONSUMER
 							  " AND " VQ_PULL_KEY " OPERATOR(pg_catalog.>) ROW($2, $3, $4)"

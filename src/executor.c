@@ -112,6 +112,13 @@ PGDLLEXPORT void vq_executor_main(Datum arg);
 #define RELAY_POLL_BASE_MS 1000
 /* An inline batch stops taking new jobs after this long, so others are not held up. */
 #define BATCH_TIME_LIMIT_MS 200
+/*
+ * A transaction whose claimed jobs all ran claims again (up to the queue's
+ * free capacity, as any claim) until it has run this long: one commit, and
+ * its WAL flush, for several claims while jobs wait. Short, because the
+ * outcomes of the jobs it ran are visible only at its commit.
+ */
+#define RECLAIM_TIME_LIMIT_MS 20
 /* Stay under the 64 subtransaction XIDs a backend caches (beyond, every snapshot slows down). */
 #define BATCH_MAX_WRITING_SUBXACTS 60
 /* An executor started on demand (number >= vq.executors_per_database) exits after idling this long. */
@@ -519,12 +526,35 @@ RunClaimedJob(VqJob *job, VqQueue *queue)
 	VqCommitTransaction();
 }
 
+/* What the jobs a cycle's transaction ran so far tell about running more in it. */
+typedef struct InlineBatch
+{
+	TimestampTz started;
+	int			writers;		/* jobs that wrote (each in a subtransaction with an XID) */
+	Oid			role;			/* whose jobs it runs (InvalidOid before the first) */
+	bool		ran_jobs;
+	bool		claimed_any;
+	bool		stopped;		/* released or announced a job, or a handler ended the transaction */
+} InlineBatch;
+
 /* Should an inline batch stop before its next job? */
 static bool
-BatchFull(TimestampTz started, int writers)
+BatchFull(InlineBatch *batch)
 {
-	return ShutdownRequestPending || writers >= BATCH_MAX_WRITING_SUBXACTS ||
-		TimestampDifferenceExceeds(started, GetCurrentTimestamp(), BATCH_TIME_LIMIT_MS);
+	return ShutdownRequestPending || batch->writers >= BATCH_MAX_WRITING_SUBXACTS ||
+		TimestampDifferenceExceeds(batch->started, GetCurrentTimestamp(), BATCH_TIME_LIMIT_MS);
+}
+
+/*
+ * Claim again in the same transaction? Only when every job claimed so far
+ * ran inline and ended: a job released or announced still holds its row (or
+ * capacity) until the commit, and a new claim's reservation replaces the old.
+ */
+static bool
+ClaimAgain(InlineBatch *batch)
+{
+	return batch->ran_jobs && !batch->stopped && !BatchFull(batch) &&
+		!TimestampDifferenceExceeds(batch->started, GetCurrentTimestamp(), RECLAIM_TIME_LIMIT_MS);
 }
 
 /*
@@ -555,13 +585,10 @@ ReleaseUnreached(List *jobs, int first)
  * claimed visibly are of handlers not known to be fast.
  */
 static VqJob *
-RunBatch(VqRegistry *registry, List *jobs, VqQueue *queue, bool *ran_jobs, int *slow_left)
+RunBatch(VqRegistry *registry, List *jobs, VqQueue *queue, InlineBatch *batch, int *slow_left)
 {
 	List	   *done = NIL;
 	List	   *done_outcomes = NIL;
-	int			writers = 0;
-	TimestampTz started = GetCurrentTimestamp();
-	Oid			batch_role = InvalidOid;
 	ListCell   *lc;
 
 	foreach(lc, jobs)
@@ -569,23 +596,26 @@ RunBatch(VqRegistry *registry, List *jobs, VqQueue *queue, bool *ran_jobs, int *
 		VqJob	   *job = lfirst(lc);
 		VqOutcome  *outcome;
 
-		if (BatchFull(started, writers))
+		if (BatchFull(batch))
 		{
 			ReleaseUnreached(jobs, foreach_current_index(lc));
+			batch->stopped = true;
 			break;
 		}
 		if (strncmp(job->address, "notify:", 7) == 0)
 		{
 			VqDispatchNotify(job, job->address + 7);
+			batch->stopped = true;
 			continue;
 		}
-		if ((OidIsValid(batch_role) && job->enqueued_by != batch_role) ||
+		if ((OidIsValid(batch->role) && job->enqueued_by != batch->role) ||
 			!VqTakeHandlerTurn(VqLookupHandler(registry, job->handler)))
 		{
 			VqJobsEnqueuedAtCommit(job->queue, job->priority, job->scheduled_at, true);
+			batch->stopped = true;
 			continue;
 		}
-		*ran_jobs = true;
+		batch->ran_jobs = true;
 		if (!VqRunsInline(job->handler))
 		{
 			VqPersistRunning(job, false, GetCurrentTimestamp());
@@ -595,11 +625,11 @@ RunBatch(VqRegistry *registry, List *jobs, VqQueue *queue, bool *ran_jobs, int *
 			*slow_left = VqCountSlow(jobs, foreach_current_index(lc) + 1);
 			return job;
 		}
-		batch_role = job->enqueued_by;
+		batch->role = job->enqueued_by;
 		outcome = MemoryContextAllocZero(cycle_context, sizeof(VqOutcome));
 		VqRunFunctionHandler(job, outcome);
 		VqNoteDuration(job->handler, outcome->duration_us);
-		writers += outcome->wrote ? 1 : 0;
+		batch->writers += outcome->wrote ? 1 : 0;
 		if (outcome->kind == VQ_OUTCOME_COMPLETED)
 		{
 			MemoryContext old = MemoryContextSwitchTo(cycle_context);
@@ -608,15 +638,21 @@ RunBatch(VqRegistry *registry, List *jobs, VqQueue *queue, bool *ran_jobs, int *
 			done_outcomes = lappend(done_outcomes, outcome);
 			MemoryContextSwitchTo(old);
 		}
-		else if (outcome->kind == VQ_OUTCOME_CANCELLED)
-			VqPersistCancelled(job, outcome, GetCurrentTimestamp());
 		else
-			VqPersistFailure(job, outcome, queue, GetCurrentTimestamp());
+		{
+			/* (a retry due at once would be claimed again in this transaction) */
+			batch->stopped = true;
+			if (outcome->kind == VQ_OUTCOME_CANCELLED)
+				VqPersistCancelled(job, outcome, GetCurrentTimestamp());
+			else
+				VqPersistFailure(job, outcome, queue, GetCurrentTimestamp());
+		}
 		VqFlushJobLogs(job);
 		VqEndHandlerTurn();
 		if (outcome->ends_transaction)
 		{
 			ReleaseUnreached(jobs, foreach_current_index(lc) + 1);
+			batch->stopped = true;
 			break;
 		}
 	}
@@ -659,7 +695,7 @@ PollCycle(void)
 	VqRegistry *registry;
 	VqClaim		claim;
 	VqJob	   *visible = NULL;
-	bool		ran_jobs = false;
+	InlineBatch batch = {0};
 	int			slow_left = 0;
 
 	MemoryContextReset(cycle_context);
@@ -686,10 +722,17 @@ PollCycle(void)
 		VqRegistryRelease(registry);
 		return true;
 	}
+	batch.started = GetCurrentTimestamp();
 	if (VqClaimNext(registry, now, just_woke, cycle_context, &claim))
-		visible = RunBatch(registry, claim.jobs, claim.queue, &ran_jobs, &slow_left);
+	{
+		batch.claimed_any = true;
+		visible = RunBatch(registry, claim.jobs, claim.queue, &batch, &slow_left);
+		while (visible == NULL && ClaimAgain(&batch) &&
+			   VqClaimNext(registry, GetCurrentTimestamp(), false, cycle_context, &claim))
+			visible = RunBatch(registry, claim.jobs, claim.queue, &batch, &slow_left);
+	}
 	just_woke = false;
-	CommitCycle(claim.jobs != NIL && !ran_jobs);
+	CommitCycle(batch.claimed_any && !batch.ran_jobs);
 	VqAnnouncementsCommitted();	/* (before the claim's reservation is released) */
 	VqPullAnnouncementsCommitted();
 
@@ -704,7 +747,7 @@ PollCycle(void)
 	}
 	VqSetClaimed(0, true);
 	VqRegistryRelease(registry);
-	return claim.jobs != NIL;
+	return batch.claimed_any;
 }
 
 /* ---- the process ---------------------------------------------------------------------- */

@@ -131,6 +131,7 @@ PersistManyCompleted(List *jobs, List *outcomes, TimestampTz now)
 	int			lbs[1] = {1};
 	Datum		values[7];
 	int			i = 0;
+	int			index_scans;
 	ListCell   *lc;
 
 	foreach(lc, jobs)
@@ -154,11 +155,14 @@ PersistManyCompleted(List *jobs, List *outcomes, TimestampTz now)
 	values[6] = PointerGetDatum(construct_md_array(starts, start_nulls, 1, dims, lbs, TIMESTAMPTZOID, 8,
 												   FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 
-	Write(VqKeepCustomPlan(&completed_plan,
+	index_scans = VqIndexScansBegin();
+	Write(VqKeepGenericPlan(&completed_plan,
 			   /*
 				* The rows are found by "= ANY" on the primary key, not by a join
 				* with the arrays: vq.job_active is often empty when analyzed, and
-				* a join planned for an empty table walks the whole index.
+				* a join planned for an empty table walks the whole index. Planned
+				* once, for index scans (a plan per batch cost as much as the
+				* rest of the batch's bookkeeping).
 				*/
 			   "WITH moved AS ("
 			   " DELETE FROM vq.job_active j WHERE j.execution_id OPERATOR(pg_catalog.=) ANY ($1) RETURNING j.*),"
@@ -176,6 +180,7 @@ PersistManyCompleted(List *jobs, List *outcomes, TimestampTz now)
 			   7, (Oid[]) {UUIDARRAYOID, TIMESTAMPTZOID, TEXTARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID,
 			   TIMESTAMPTZARRAYOID}),
 		  values, NULL);
+	VqIndexScansEnd(index_scans);
 }
 
 /* Mark jobs COMPLETED (a COMPLETED transition for those claimed visibly; implied for the others). */

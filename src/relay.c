@@ -656,7 +656,7 @@ ClaimRows(VqRegistry *registry, int limit, TimestampTz now)
 	values[1] = NameArray(registry, true);
 	values[2] = NameArray(registry, false);
 	values[3] = Int32GetDatum(limit);
-	if (SPI_execute_plan(VqKeepPlan(&timed_plan,
+	if (SPI_execute_plan(VqKeepGenericPlan(&timed_plan,
 							  RELAY_COLUMNS
 							  " AND (scheduled_at IS NOT NULL OR next_attempt_at IS NOT NULL)"
 							  " AND coalesce(next_attempt_at, scheduled_at) OPERATOR(pg_catalog.<=) $1"
@@ -679,7 +679,7 @@ ClaimRows(VqRegistry *registry, int limit, TimestampTz now)
 		swept_at = now;
 	}
 	last = 0;
-	if (SPI_execute_plan(VqKeepPlan(&claim_plan,
+	if (SPI_execute_plan(VqKeepGenericPlan(&claim_plan,
 							  RELAY_COLUMNS
 							  " AND scheduled_at IS NULL AND next_attempt_at IS NULL"
 							  " AND id OPERATOR(pg_catalog.>=) $5"

@@ -45,6 +45,13 @@ VqKeepCustomPlan(SPIPlanPtr *plan, const char *sql, int nargs, const Oid *types)
 	return KeepPlan(plan, sql, nargs, types, CURSOR_OPT_CUSTOM_PLAN);
 }
 
+/* The same, planned once for every parameter value (see spi_util.h). */
+SPIPlanPtr
+VqKeepGenericPlan(SPIPlanPtr *plan, const char *sql, int nargs, const Oid *types)
+{
+	return KeepPlan(plan, sql, nargs, types, CURSOR_OPT_GENERIC_PLAN);
+}
+
 /* Worker side: start a transaction with a snapshot and an SPI connection. */
 void
 VqBeginTransaction(void)

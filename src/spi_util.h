@@ -22,6 +22,16 @@ extern SPIPlanPtr VqKeepPlan(SPIPlanPtr *plan, const char *sql, int nargs, const
 extern SPIPlanPtr VqKeepCustomPlan(SPIPlanPtr *plan, const char *sql, int nargs, const Oid *types);
 
 /*
+ * The same for a statement run only between VqIndexScansBegin and
+ * VqIndexScansEnd, planned once for all parameter values: its plan is the
+ * index scans those settings make, whatever the values, and planning it at
+ * every execution (a custom plan, which PostgreSQL's plan cache keeps
+ * choosing when the costs of what is disabled make the generic plan look
+ * dear) would cost more than running it.
+ */
+extern SPIPlanPtr VqKeepGenericPlan(SPIPlanPtr *plan, const char *sql, int nargs, const Oid *types);
+
+/*
  * Until VqIndexScansEnd(level): statements are planned as ordered index scans
  * (enable_seqscan, enable_bitmapscan and enable_sort off; jit off, which the
  * costs of what is disabled would set off). For the searches for work, which read a few entries from a remembered position:

@@ -15,6 +15,10 @@
 #      NOTIFY handler's limit are refused) shares queue qc_shared (capacity 10) with a fast
 #      handler: six 1 s jobs of it enqueued first, then 200 fast ones: never more than 2 of the
 #      limited jobs run at once, all six complete, and the fast jobs finish within 2 s.
+#   5. a queue of capacity 5 gets 300 no-op jobs in one transaction: an executor whose claimed
+#      jobs all ran inline claims again in the same transaction, so the 300 jobs commit in far
+#      fewer than the 60 transactions that claims of 5 would each need (<= 30 transactions),
+#      each job exactly once.
 # Runs against $PGDATABASE (a fresh database with vq_job); exits non-zero on failure.
 # shellcheck disable=SC2119  # qs reads its script from stdin, not from arguments
 set -euo pipefail
@@ -142,4 +146,23 @@ IFS='|' read -r most fast_done <<<"$got"
 assert_eq 2 "$most" "limited jobs running at once (max_running 2)"
 awk -v s="$fast_done" 'BEGIN { exit !(s <= 2.0) }' || fail "the fast jobs of the shared queue took ${fast_done} s, expected <= 2 s"
 log "ok: at most $most limited jobs at once; the fast jobs done after ${fast_done} s"
+
+# ---------------------------------------------------------------------------
+log "5. capacity 5, 300 no-op jobs: claims again in the same transaction"
+qs >/dev/null <<'SQL'
+SELECT vq_pause_queue('default');
+CREATE TABLE qc_txn (n int, xid bigint);
+CREATE FUNCTION qc_txn(p jsonb) RETURNS void LANGUAGE sql
+    AS $$ INSERT INTO public.qc_txn VALUES ((p ->> 'n')::int, txid_current()) $$;
+SELECT vq_register_handler('qc_txn', 'qc_txn(jsonb)');
+SELECT count(vq_enqueue('qc_txn', jsonb_build_object('n', g))) FROM generate_series(1, 300) g;
+SQL
+assert_eq 5 "$(q "SELECT instances * max_concurrent_jobs FROM vq.queue WHERE name = 'default'")" "capacity of the default queue"
+q "SELECT vq_resume_queue('default')" >/dev/null
+wait_for "SELECT count(*) = 300 FROM qc_txn" 20 "the 300 jobs of capacity 5"
+got="$(q "SELECT count(DISTINCT n) || '|' || count(DISTINCT xid) FROM qc_txn")"
+IFS='|' read -r distinct_jobs txns <<<"$got"
+assert_eq 300 "$distinct_jobs" "distinct jobs run (each once)"
+((txns <= 30)) || fail "the 300 jobs committed in $txns transactions, expected <= 30 (claims of 5 would need 60)"
+log "ok: 300 jobs in $txns transactions"
 log "PASS"
