@@ -59,6 +59,10 @@
 #                  vq.job_transition_data; dead / av: n_dead_tup and autovacuum_count of
 #                  vq.job_active. Jobs that ended live in vq.job_finished until retention
 #                  deletes them (1 day by default): its size is printed at the end of each run.
+#   prod p99 / max the producers' own transactions (vq_enqueue_many and its commit), p99 and max
+#                  latency in ms of those that ended in the window (pgbench -l). A slow WAL flush
+#                  holds up every commit, the producers' too: their jobs then start late before
+#                  any executor can see them, and a start-latency p99 near prod max says so.
 # The ceiling's table has: claimed rows (pg_stat_statements rows of its claim-and-update
 # statement), due backlog, buffers per claimed row (of the whole claim + UPDATE statement, so not
 # directly comparable with vq's claim-only figure), size of t, and the -P 10 progress of both
@@ -436,7 +440,9 @@ SQL
     samp=$!
     BG_PIDS=("$samp")
     # pgbench runs 1 s past the last sample, so that its last -P line (the last window) is printed.
+    rm -f "$WORK/$name.txlog".*
     "$PGBENCH" -n -c "$CLIENTS" -j 2 -R "$RATE" -T $((secs + 1)) -P "$INTERVAL" --progress-timestamp \
+        -l --log-prefix="$WORK/$name.txlog" \
         -f "$WORK/producer.sql" "$DB" >"$WORK/$name.producers.log" 2>&1 7>&- &
     prod=$!
     BG_PIDS+=("$prod")
@@ -469,6 +475,18 @@ SQL
         "$WORK/$name.consumers.log" | sed 's/ (without initial connection time)//' | paste -sd ';' | tr -s ' ')"
 }
 
+# producer_latency NAME T0: "window|p99|max" of the producers' own transactions (their
+# vq_enqueue_many and its commit, from pgbench's per-transaction log), by the window they ended
+# in. A window whose producers stalled (a slow WAL flush holds up every commit, theirs too) has
+# jobs that waited before any executor could see them: start latency counts from created_at.
+producer_latency() {
+    cat "$WORK/$1.txlog".* 2>/dev/null |
+        awk -v t0="$2" -v s="$INTERVAL" '{ w = int(($5 + $6 / 1e6 - t0) / s) + 1; printf "%d %.3f\n", w, $3 / 1000 }' |
+        sort -k1,1n -k2,2n |
+        awk 'function flush() { if (n > 0) { i = int(0.99 * n + 0.999); if (i < 1) i = 1; printf "%d|%.1f|%.1f\n", w, v[i], v[n] } }
+             $1 != w { flush(); w = $1; n = 0 } { v[++n] = $2 } END { flush() }'
+}
+
 # phase_of K HOLD: phase of window K ("-" without a held snapshot)
 # windows_vq NAME HOLD: post-run per-window figures -> $WORK/NAME.windows (tab-separated, "#" header)
 windows_vq() {
@@ -494,6 +512,12 @@ windows_vq() {
               coalesce(round(max(p99)::numeric, 2)::text, '-'), sum(started)
        FROM x WHERE w BETWEEN 1 AND $k GROUP BY w ORDER BY w" >"$WORK/$name.stats"
     join_windows "$name" "$hold" "$WORK/$name.stats" vq
+    producer_latency "$name" "$(sed -n '1s/^0|\([^|]*\)|.*/\1/p' "$samples")" >"$WORK/$name.plat"
+    awk -F'\t' -v OFS='\t' 'NR == FNR { split($0, a, "|"); pl[a[1]] = a[2] "\t" a[3]; next }
+        /^#/ { print $0, "prod_p99_ms", "prod_max_ms"; next }
+        { k++; print $0, (k in pl ? pl[k] : "-\t-") }' "$WORK/$name.plat" "$WORK/$name.windows" >"$WORK/$name.windows2"
+    mv "$WORK/$name.windows2" "$WORK/$name.windows"
+    cp "$WORK/$name.windows" "$PREFIX-$name.windows.tsv"
 }
 windows_ceil() {
     local name="$1" hold="$2" t0
@@ -549,10 +573,10 @@ join_windows() {
 
 print_windows() {  # print_windows NAME KIND
     if [[ "$2" == vq ]]; then
-        printf '  %6s %-8s %7s %7s %8s %8s %8s %6s %7s %7s %7s %8s %6s\n' "end s" "phase" "enq" "done" "p50 ms" \
-            "p99 ms" "backlog" "claims" "buf/job" "job MB" "tr MB" "dead" "avac"
-        awk -F'\t' '!/^#/ { printf "  %6s %-8s %7s %7s %8s %8s %8s %6s %7s %7s %7s %8s %6s\n",
-                            $1, $2, $3, $4, $5, $6, $7, $8, $11, $12, $13, $14, $15 }' "$WORK/$1.windows"
+        printf '  %6s %-8s %7s %7s %8s %8s %8s %6s %7s %7s %7s %8s %6s | %8s %8s\n' "end s" "phase" "enq" "done" \
+            "p50 ms" "p99 ms" "backlog" "claims" "buf/job" "job MB" "tr MB" "dead" "avac" "prod p99" "prod max"
+        awk -F'\t' '!/^#/ { printf "  %6s %-8s %7s %7s %8s %8s %8s %6s %7s %7s %7s %8s %6s | %8s %8s\n",
+                            $1, $2, $3, $4, $5, $6, $7, $8, $11, $12, $13, $14, $15, $16, $17 }' "$WORK/$1.windows"
     else
         printf '  %6s %-8s %8s %6s %8s %7s %6s %8s %5s | %8s %7s %7s | %8s %8s\n' "end s" "phase" "claimed" "claims" \
             "backlog" "buf/row" "t MB" "dead" "avac" "prod tps" "lat ms" "lag ms" "cons tps" "lat ms"
