@@ -12,9 +12,10 @@
 #   Phase "inline": default settings (fast handler: inline batches; a crash rolls a batch back).
 #   Phase "visible": vq.inline_handler_ms = 0 (every job committed as RUNNING first), so the
 #   crashes leave RUNNING rows: they must be ABANDONED (error naming the executor) and re-run,
-#   and every such job still has exactly one effect row. Every 500th job sleeps 1 s, and both
-#   strikes wait for such a job to be RUNNING (the kill -9 hits its executor), so each strike
-#   surely orphans a known job.
+#   and every such job still has exactly one effect row. Every 500th job sleeps 1 s, and so do
+#   4 more enqueued at a higher priority just before each strike (the others may all have run
+#   by then); both strikes wait for such a job to be RUNNING (the kill -9 hits its executor),
+#   so each strike surely orphans a known job.
 #   Rescue time: from the moment the server accepts connections after the immediate stop until
 #   the first job re-run afterwards completes (visible: a job ABANDONED by that restart).
 # Runs against $PGDATABASE (a fresh database with vq_job); exits non-zero on failure.
@@ -70,10 +71,17 @@ report_stop_victim() {
     echo "server log: $(grep -E 'vq_job|executor|ERROR|FATAL' "$VQ_CLUSTER_DIR/server.log" 2>/dev/null | tail -n 25)"
 }
 
+# add_slow_jobs HANDLER N: N more jobs that sleep 1 s, at a higher priority (claimed next), so
+# that a strike finds one RUNNING however fast the executors drained the others meanwhile.
+add_slow_jobs() {
+    q "SELECT cardinality(vq_enqueue_many('$1', array_agg(jsonb_build_object('i', 'extra', 'slow', true)),
+                                          priority => 1)) FROM generate_series(1, $2)" >/dev/null
+}
+
 # ---------------------------------------------------------------------------
 run_phase() {
     local phase="$1" pid old old_pids t_kill running_kill running_stop n
-    local handler="crash_$phase" effect="effect_$phase"
+    local handler="crash_$phase" effect="effect_$phase" total=$NJOBS
 
     log "[$phase] setup: queue, effect table, handler $handler, $NJOBS jobs"
     q "SELECT vq_create_queue('$handler', sleep_delay_ms => 100, max_concurrent_jobs => 200)" >/dev/null
@@ -98,6 +106,8 @@ run_phase() {
     local victim=""
     if [[ "$phase" == visible ]]; then
         # kill the executor of a slow job committed as RUNNING: that job is surely orphaned
+        add_slow_jobs "$handler" 4
+        total=$((total + 4))
         wait_for "SELECT EXISTS (SELECT 1 FROM vq.job WHERE handler = '$handler' AND state = 'RUNNING'
                                AND (payload ->> 'slow')::boolean)" 30 \
             "[$phase] a slow job RUNNING"
@@ -147,6 +157,8 @@ run_phase() {
     wait_for "SELECT count(*) >= $STOP_AT FROM $effect" 60 "[$phase] $STOP_AT effects"
     local stop_victim=""
     if [[ "$phase" == visible ]]; then
+        add_slow_jobs "$handler" 4
+        total=$((total + 4))
         wait_for "SELECT EXISTS (SELECT 1 FROM vq.job WHERE handler = '$handler' AND state = 'RUNNING'
                                AND (payload ->> 'slow')::boolean)" 30 \
             "[$phase] a slow job RUNNING"
@@ -209,11 +221,11 @@ run_phase() {
     states="$(q "SELECT string_agg(state || '=' || n, ', ' ORDER BY state)
                    FROM (SELECT state::text, count(*) n FROM vq.job WHERE handler = '$handler' GROUP BY 1) s")"
     log "[$phase] job states: $states"
-    [[ "$states" == "COMPLETED=$NJOBS" ]] ||
-        fail "[$phase] expected COMPLETED=$NJOBS and no other state, found: $states"
+    [[ "$states" == "COMPLETED=$total" ]] ||
+        fail "[$phase] expected COMPLETED=$total and no other state, found: $states"
 
     n="$(q "SELECT count(*) FROM $effect")"
-    ((n == NJOBS)) || fail "[$phase] expected $NJOBS effect rows, found $n"
+    ((n == total)) || fail "[$phase] expected $total effect rows, found $n"
     n="$(q "SELECT count(*) FROM vq.job j LEFT JOIN $effect e USING (execution_id)
              WHERE j.handler = '$handler' AND (e.execution_id IS NULL OR e.attempt_number <> j.attempt_number)")"
     ((n == 0)) || fail "[$phase] $n job(s) without an effect row written by their completing attempt"
@@ -267,7 +279,7 @@ run_phase() {
     fi
     n="$(q "SELECT count(*) FROM vq.job WHERE state = 'RUNNING'")"
     ((n == 0)) || fail "[$phase] $n job(s) left RUNNING"
-    log "[$phase] accounting OK: $NJOBS jobs, $NJOBS effects, one COMPLETED each (rescue ${rescue_ms} ms)"
+    log "[$phase] accounting OK: $total jobs, $total effects, one COMPLETED each (rescue ${rescue_ms} ms)"
 }
 
 run_phase inline
