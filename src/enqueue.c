@@ -133,15 +133,27 @@ PersistErrorContext(void *arg)
 		errcontext("vq_enqueue: persisting a job for handler \"%s\"", handler);
 }
 
-/* A new random (version 4) UUID. */
+/*
+ * A new execution id: a time-ordered (version 7) UUID, the Unix time in
+ * milliseconds followed by 74 random bits. New jobs' keys then land at the
+ * right edge of vq.job_active's primary key instead of anywhere in it: with
+ * random keys and a million jobs waiting, every insert dirtied a different
+ * leaf page, and after each checkpoint wrote it whole to the WAL (69% of the
+ * WAL of an enqueue, pg_waldump).
+ */
 static void
 NewUuid(pg_uuid_t *uuid)
 {
+	uint64		ms = (uint64) (GetCurrentTimestamp() / 1000) +
+		(uint64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * 1000;
+
 	if (!pg_strong_random(uuid->data, UUID_LEN))
 		ereport(ERROR,
 				(errcode(ERRCODE_INTERNAL_ERROR),
 				 errmsg("could not generate random values")));
-	uuid->data[6] = (uuid->data[6] & 0x0f) | 0x40;
+	for (int i = 0; i < 6; i++)
+		uuid->data[i] = (uint8) (ms >> (8 * (5 - i)));
+	uuid->data[6] = (uuid->data[6] & 0x0f) | 0x70;
 	uuid->data[8] = (uuid->data[8] & 0x3f) | 0x80;
 }
 
