@@ -534,7 +534,7 @@ typedef struct InlineBatch
 	Oid			role;			/* whose jobs it runs (InvalidOid before the first) */
 	bool		ran_jobs;
 	bool		claimed_any;
-	bool		stopped;		/* released or announced a job, or a handler ended the transaction */
+	bool		stopped;		/* released, announced or failed a job, or ended the transaction: claim no more */
 } InlineBatch;
 
 /* Should an inline batch stop before its next job? */
