@@ -26,6 +26,19 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# What the rescue and the timeout see, printed when a wait times out: the job's worker, the
+# database's executors (a job left RUNNING means its process is alive, or still in its slot),
+# and what the server logged about executors.
+report_workers() {
+    echo "job worker: $(q "SELECT coalesce(worker_pid::text, '-') || ' started ' || coalesce(worker_started_at::text, '-')
+                             FROM vq.job WHERE state = 'RUNNING'" | tr '\n' ' ')"
+    echo "executors: $(q "SELECT string_agg(pid || ' ' || backend_start || ' ' || coalesce(state, '') || ' '
+                                 || coalesce(wait_event_type || ':' || wait_event, '') || ' ' || left(query, 60), ' / ')
+                            FROM pg_stat_activity WHERE backend_type = 'vq_job executor' AND datname = current_database()")"
+    echo "server log: $(grep -E 'vq_job|background worker' "${VQ_CLUSTER_DIR:-/nonexistent}/server.log" 2>/dev/null | tail -n 12 | tr '\n' ' ')"
+}
+VQ_WAIT_REPORT=report_workers
+
 executors() {
     q "SELECT coalesce(string_agg(pid::text, ',' ORDER BY pid), '') FROM pg_stat_activity
         WHERE backend_type = 'vq_job executor' AND datname = current_database()"
