@@ -21,6 +21,11 @@ loadavg() { cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo "?"; }
 le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a != "" && a + 0 <= b + 0) }'; }
 ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a != "" && a + 0 >= b + 0) }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || b + 0 == 0) print "-"; else printf "%.2f", a / b }'; }
+# median X... -> the median of the numbers, 2 decimals ("-" when there are none)
+median() {
+    printf '%s\n' "$@" | grep -E '^[0-9.]+$' | sort -g |
+        awk '{ a[NR] = $1 } END { if (NR == 0) print "-"; else printf "%.2f", (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+}
 fmt() { awk -v x="$1" -v d="$2" 'BEGIN { if (x == "") print "-"; else printf "%.*f", d, x }'; }
 
 set_guc() {
