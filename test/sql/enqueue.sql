@@ -345,6 +345,21 @@ SELECT payload ->> 'sp' AS kept FROM vq.job WHERE execution_id IN (:'sp_before',
 SELECT count(*) - :n0 AS committed FROM vq.job;
 
 ------------------------------------------------------------------------------
+-- Execution ids are UUID version 7: version and variant bits, and the first 48 bits are the
+-- enqueue's Unix time in ms (within a second of created_at, the transaction's start), so an
+-- id from a later millisecond sorts after.
+------------------------------------------------------------------------------
+SELECT vq_enqueue('enq_plain', '{"v7": 1}') AS v7_a \gset
+SELECT FROM pg_sleep(0.002);
+SELECT vq_enqueue('enq_plain', '{"v7": 2}') AS v7_b \gset
+SELECT substr(:'v7_a', 15, 1) AS version,
+       substr(:'v7_a', 20, 1) IN ('8', '9', 'a', 'b') AS rfc_variant,
+       :'v7_a'::uuid < :'v7_b'::uuid AS later_sorts_after,
+       abs(('x' || lpad(replace(substr(:'v7_a', 1, 13), '-', ''), 16, '0'))::bit(64)::bigint
+           - (SELECT (extract(epoch FROM created_at) * 1000)::bigint FROM vq.job
+               WHERE execution_id = :'v7_a')) < 1000 AS time_is_enqueue_time;
+
+------------------------------------------------------------------------------
 -- Clean up.
 ------------------------------------------------------------------------------
 SELECT dblink_disconnect('enq_other');
