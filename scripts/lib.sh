@@ -32,6 +32,24 @@ vq_log()  { printf '==> %s\n' "$*"; }
 vq_warn() { printf 'WARNING: %s\n' "$*" >&2; }
 vq_err()  { printf 'ERROR: %s\n' "$*" >&2; }
 
+# vq_matches FILE GLOBS: true if FILE's path, name or name without extension matches one of
+# the comma- or space-separated GLOBS (the VQ_TEST_ONLY / VQ_TEST_SKIP filters).
+vq_matches() {
+    local f="$1" base stem pat IFS=$', \t\n'
+    base="${f##*/}"
+    stem="${base%.*}"
+    set -f
+    for pat in $2; do
+        # shellcheck disable=SC2053
+        if [[ "$f" == $pat || "$base" == $pat || "$stem" == $pat ]]; then
+            set +f
+            return 0
+        fi
+    done
+    set +f
+    return 1
+}
+
 # Run a command as the postgres user, from / so that a working directory the
 # postgres user cannot enter (e.g. a clone under /root) does not matter.
 vq_as_pg() {
