@@ -72,6 +72,7 @@
 #include "consumer.h"
 #include "claimpos.h"
 #include "compact.h"
+#include "jobvacuum.h"
 #include "dispatch.h"
 #include "executor.h"
 #include "jobapi.h"
@@ -917,6 +918,7 @@ vq_executor_main(Datum arg)
 		{
 			VqRunRetention();
 			last_retention = GetCurrentTimestamp();
+			VqVacuumJobTable(last_retention);
 			VqCompactJobTable(last_retention);
 		}
 		if (!found_work)

@@ -56,8 +56,9 @@
 #                  time (pg_stat_statements), which shows where the executors' time goes.
 #   job MB / trans MB  pg_total_relation_size of vq.job_active (heap, indexes, TOAST: the
 #                  partition of vq.job that holds unfinished jobs, all that claims search) and of
-#                  vq.job_transition_data; dead / av: n_dead_tup and autovacuum_count of
-#                  vq.job_active. Jobs that ended live in vq.job_finished until retention
+#                  vq.job_transition_data; dead / vac/av: n_dead_tup of vq.job_active, and how
+#                  many vacuums of it ran so far by command (executor 0's own) / by
+#                  autovacuum. Jobs that ended live in vq.job_finished until retention
 #                  deletes them (1 day by default): its size is printed at the end of each run.
 #   prod p99 / max the producers' own transactions (vq_enqueue_many and its commit), p99 and max
 #                  latency in ms of those that ended in the window (pgbench -l). A slow WAL flush
@@ -355,7 +356,7 @@ release_snapshot() {
 # Sampling
 # ---------------------------------------------------------------------------
 # One line per sample (psql -At: '|'-separated): epoch | due backlog | claim calls | rows | buffers |
-# table bytes | transition bytes | n_dead_tup | autovacuum_count
+# table bytes | transition bytes | n_dead_tup | vacuum_count/autovacuum_count
 sample_sql() {  # sample_sql vq|ceil
     if [[ "$1" == vq ]]; then
         # (the backlog is computed after the run from created_at / started_at: counting due rows
@@ -363,7 +364,7 @@ sample_sql() {  # sample_sql vq|ceil
         echo "SELECT extract(epoch FROM clock_timestamp()), NULL::bigint,
                      s.calls, s.rows, s.blks,
                      pg_total_relation_size('vq.job_active'), pg_total_relation_size('vq.job_transition_data'),
-                     coalesce(st.n_dead_tup, 0), coalesce(st.autovacuum_count, 0)
+                     coalesce(st.n_dead_tup, 0), coalesce(st.vacuum_count, 0) || '/' || coalesce(st.autovacuum_count, 0)
               FROM ($(pgss_sums "$VQ_CLAIM_FILTER")) s
               LEFT JOIN pg_stat_user_tables st ON st.relid = 'vq.job_active'::regclass"
     else
@@ -371,7 +372,7 @@ sample_sql() {  # sample_sql vq|ceil
                      (SELECT count(*) FROM t WHERE state = 0 AND run_at <= now()),
                      s.calls, s.rows, s.blks,
                      pg_total_relation_size('t'), 0,
-                     coalesce(st.n_dead_tup, 0), coalesce(st.autovacuum_count, 0)
+                     coalesce(st.n_dead_tup, 0), coalesce(st.vacuum_count, 0) || '/' || coalesce(st.autovacuum_count, 0)
               FROM ($(pgss_sums "$CEIL_CLAIM_FILTER")) s
               LEFT JOIN pg_stat_user_tables st ON st.relid = 't'::regclass"
     fi
@@ -533,8 +534,8 @@ join_prod_cons() {  # "w|prod tps|prod lat|prod lag|cons tps|cons lat" per windo
                      for (w in c) if (!(w in p)) print w "|-|-|-|" c[w] }' "$1" "$2"
 }
 # join_windows NAME HOLD STATS KIND: samples + stats (keyed by window) -> NAME.windows
-#   vq:   end_s phase enq done p50 p99 backlog claims claimed blks buf_per_job job_mb trans_mb dead autovac
-#   ceil: end_s phase claimed claims backlog blks buf_per_row t_mb dead autovac prod_tps prod_lat prod_lag cons_tps cons_lat
+#   vq:   end_s phase enq done p50 p99 backlog claims claimed blks buf_per_job job_mb trans_mb dead vacuums
+#   ceil: end_s phase claimed claims backlog blks buf_per_row t_mb dead vacuums prod_tps prod_lat prod_lag cons_tps cons_lat
 join_windows() {
     awk -F'|' -v OFS='\t' -v hold="$2" -v s="$INTERVAL" -v kind="$4" '
         NR == FNR { st[$1] = $0; next }
@@ -542,10 +543,10 @@ join_windows() {
         END {
             if (kind == "vq")
                 print "# end_s", "phase", "enq", "done", "p50_ms", "p99_ms", "backlog", "claims", "claimed", "blks",
-                      "buf_per_job", "job_mb", "trans_mb", "dead_tup", "autovac"
+                      "buf_per_job", "job_mb", "trans_mb", "dead_tup", "vacuums"
             else
                 print "# end_s", "phase", "claimed", "claims", "backlog", "blks", "buf_per_row", "t_mb", "dead_tup",
-                      "autovac", "prod_tps", "prod_lat_ms", "prod_lag_ms", "cons_tps", "cons_lat_ms"
+                      "vacuums", "prod_tps", "prod_lat_ms", "prod_lag_ms", "cons_tps", "cons_lat_ms"
             split(smp[0], b, "|")
             for (k = 1; k <= n; k++) {
                 split(smp[k - 1], p, "|"); split(smp[k], c, "|")
@@ -567,20 +568,20 @@ join_windows() {
         }' "$3" "$WORK/$1.samples" >"$WORK/$1.windows"
     cp "$WORK/$1.windows" "$PREFIX-$1.windows.tsv"
     awk -F'|' -v OFS='\t' 'BEGIN { print "# k", "epoch", "due_backlog", "claim_calls", "claim_rows", "claim_blks",
-                                   "table_bytes", "transition_bytes", "n_dead_tup", "autovacuum_count" }
+                                   "table_bytes", "transition_bytes", "n_dead_tup", "vacuums_manual/auto" }
                            { $1 = $1; print }' "$WORK/$1.samples" >"$PREFIX-$1.samples.tsv"
 }
 
 print_windows() {  # print_windows NAME KIND
     if [[ "$2" == vq ]]; then
-        printf '  %6s %-8s %7s %7s %8s %8s %8s %6s %7s %7s %7s %8s %6s | %8s %8s\n' "end s" "phase" "enq" "done" \
-            "p50 ms" "p99 ms" "backlog" "claims" "buf/job" "job MB" "tr MB" "dead" "avac" "prod p99" "prod max"
-        awk -F'\t' '!/^#/ { printf "  %6s %-8s %7s %7s %8s %8s %8s %6s %7s %7s %7s %8s %6s | %8s %8s\n",
+        printf '  %6s %-8s %7s %7s %8s %8s %8s %6s %7s %7s %7s %8s %7s | %8s %8s\n' "end s" "phase" "enq" "done" \
+            "p50 ms" "p99 ms" "backlog" "claims" "buf/job" "job MB" "tr MB" "dead" "vac/av" "prod p99" "prod max"
+        awk -F'\t' '!/^#/ { printf "  %6s %-8s %7s %7s %8s %8s %8s %6s %7s %7s %7s %8s %7s | %8s %8s\n",
                             $1, $2, $3, $4, $5, $6, $7, $8, $11, $12, $13, $14, $15, $16, $17 }' "$WORK/$1.windows"
     else
-        printf '  %6s %-8s %8s %6s %8s %7s %6s %8s %5s | %8s %7s %7s | %8s %8s\n' "end s" "phase" "claimed" "claims" \
-            "backlog" "buf/row" "t MB" "dead" "avac" "prod tps" "lat ms" "lag ms" "cons tps" "lat ms"
-        awk -F'\t' '!/^#/ { printf "  %6s %-8s %8s %6s %8s %7s %6s %8s %5s | %8s %7s %7s | %8s %8s\n",
+        printf '  %6s %-8s %8s %6s %8s %7s %6s %8s %7s | %8s %7s %7s | %8s %8s\n' "end s" "phase" "claimed" "claims" \
+            "backlog" "buf/row" "t MB" "dead" "vac/av" "prod tps" "lat ms" "lag ms" "cons tps" "lat ms"
+        awk -F'\t' '!/^#/ { printf "  %6s %-8s %8s %6s %8s %7s %6s %8s %7s | %8s %7s %7s | %8s %8s\n",
                             $1, $2, $3, $4, $5, $7, $8, $9, $10, $11, $12, $13, $14, $15 }' "$WORK/$1.windows"
     fi
 }

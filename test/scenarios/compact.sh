@@ -10,11 +10,10 @@ set -euo pipefail
 . "$(dirname "$0")/lib/common.sh"
 
 TMPD="$(mktemp -d /tmp/vq_sc_compact.XXXXXX)"
-HOLDER_PID="" BENCH_PID=""
+BENCH_PID=""
 cleanup() {
     set +e
-    [[ -n "${HOLDER_FD:-}" ]] && exec {HOLDER_FD}>&-
-    [[ -n "$HOLDER_PID" ]] && kill "$HOLDER_PID" 2>/dev/null
+    stop_snapshot_holder
     [[ -n "$BENCH_PID" ]] && kill "$BENCH_PID" 2>/dev/null
     wait 2>/dev/null
     rm -rf "$TMPD"
@@ -48,20 +47,12 @@ done
 log "steady size of vq.job_active (largest of 10 samples): $steady kB"
 
 log "a REPEATABLE READ transaction holds its snapshot for 25 s"
-mkfifo "$TMPD/holder.in"
-psql -XAtq <"$TMPD/holder.in" >"$TMPD/holder.out" 2>&1 &
-HOLDER_PID=$!
-exec {HOLDER_FD}>"$TMPD/holder.in"
-printf "BEGIN ISOLATION LEVEL REPEATABLE READ;\nSELECT 'holding', count(*) FROM cp_runs;\n" >&"$HOLDER_FD"
-wait_for "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE query LIKE 'SELECT ''holding''%'
-           AND state = 'idle in transaction' AND backend_xmin IS NOT NULL)" 10 "the snapshot holder idle in transaction"
+hold_snapshot "$TMPD" cp_runs
 sleep 25
 held="$(size_kb)"
 log "size after 25 s with the snapshot held: $held kB"
 ((held > 3 * steady)) || fail "vq.job_active grew only to $held kB with a snapshot held (steady $steady kB): nothing to give back"
-printf "COMMIT;\n" >&"$HOLDER_FD"
-exec {HOLDER_FD}>&-
-HOLDER_FD=""
+release_snapshot
 t0="$(now_ms)"
 
 wait_for "SELECT pg_total_relation_size('vq.job_active') / 1024 <= 2 * $steady" 20 \

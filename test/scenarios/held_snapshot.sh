@@ -14,11 +14,9 @@ SECS="${VQ_HELD_SNAPSHOT_SECS:-60}"
 MAX_BACKLOG=2000
 MAX_PENDING=1000
 TMPD="$(mktemp -d /tmp/vq_sc_hs.XXXXXX)"
-HOLDER_PID=""
 cleanup() {
     set +e
-    [[ -n "${HOLDER_FD:-}" ]] && exec {HOLDER_FD}>&-
-    [[ -n "$HOLDER_PID" ]] && kill "$HOLDER_PID" 2>/dev/null
+    stop_snapshot_holder
     wait 2>/dev/null
     rm -rf "$TMPD"
 }
@@ -34,14 +32,7 @@ SELECT vq_register_handler('hs_record', 'public.hs_record(jsonb)', queue => 'hs_
 SQL
 
 log "a REPEATABLE READ transaction takes its snapshot and stays open"
-mkfifo "$TMPD/holder.in"
-psql -XAtq <"$TMPD/holder.in" >"$TMPD/holder.out" 2>&1 &
-HOLDER_PID=$!
-exec {HOLDER_FD}>"$TMPD/holder.in"
-printf "BEGIN ISOLATION LEVEL REPEATABLE READ;\nSELECT 'holding', count(*) FROM hs_runs;\n" >&"$HOLDER_FD"
-wait_for "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = (SELECT pid FROM pg_stat_activity
-           WHERE query LIKE 'SELECT ''holding''%' AND state = 'idle in transaction') AND backend_xmin IS NOT NULL)" \
-    10 "the snapshot holder idle in transaction with an xmin"
+hold_snapshot "$TMPD" hs_runs
 
 log "pgbench: 1,000 jobs/s and 500 outbox rows/s for $SECS s; the backlogs sampled every second"
 cat >"$TMPD/enqueue.sql" <<'SQL'
@@ -69,7 +60,7 @@ log "due backlog: at most $max_backlog jobs, PENDING outbox rows: at most $max_p
 ((max_pending < MAX_PENDING)) || fail "$max_pending outbox rows were PENDING with a snapshot held (at most $MAX_PENDING allowed)"
 
 log "the snapshot is released; every job has run exactly once"
-printf "COMMIT;\n" >&"$HOLDER_FD"
+release_snapshot
 wait_for "SELECT count(*) = 0 FROM vq.outbox WHERE status = 'PENDING'" 30 "every outbox row relayed"
 wait_for "SELECT count(*) = 0 FROM vq.job WHERE queue = 'hs_q' AND state IN ('ENQUEUED', 'RUNNING')" 30 \
     "every hs_q job finished"

@@ -261,3 +261,32 @@ cleanup_configs() {
     VQ_CONFIG_ORIG_AUTO=()
     return 0
 }
+
+# A session that holds a REPEATABLE READ snapshot, as a report or pg_dump would: vacuum can
+# then remove no row version that ends after it was taken.
+VQ_HOLDER_PID="" VQ_HOLDER_FD=""
+hold_snapshot() { # DIR TABLE: start the holder (its fifo and output in DIR), reading TABLE once
+    mkfifo "$1/holder.in"
+    psql -XAtq <"$1/holder.in" >"$1/holder.out" 2>&1 &
+    VQ_HOLDER_PID=$!
+    exec {VQ_HOLDER_FD}>"$1/holder.in"
+    printf "BEGIN ISOLATION LEVEL REPEATABLE READ;\nSELECT 'holding', count(*) FROM %s;\n" "$2" >&"$VQ_HOLDER_FD"
+    wait_for "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = (SELECT pid FROM pg_stat_activity
+               WHERE query LIKE 'SELECT ''holding''%' AND state = 'idle in transaction') AND backend_xmin IS NOT NULL)" \
+        10 "the snapshot holder idle in transaction with an xmin"
+}
+
+release_snapshot() { # the holder commits and ends
+    printf "COMMIT;\n" >&"$VQ_HOLDER_FD"
+    exec {VQ_HOLDER_FD}>&-
+    VQ_HOLDER_FD=""
+    wait "$VQ_HOLDER_PID" || true
+    VQ_HOLDER_PID=""
+}
+
+stop_snapshot_holder() { # for cleanup traps: end the holder if it still runs
+    [[ -n "$VQ_HOLDER_FD" ]] && exec {VQ_HOLDER_FD}>&-
+    [[ -n "$VQ_HOLDER_PID" ]] && kill "$VQ_HOLDER_PID" 2>/dev/null
+    VQ_HOLDER_FD="" VQ_HOLDER_PID=""
+    return 0
+}
