@@ -107,20 +107,26 @@ VacuumDue(const JobTableFigures *figures, TimestampTz now)
 static void
 Vacuum(Oid relid)
 {
-	VacuumStmt *stmt = makeNode(VacuumStmt);
 	MemoryContext portal = AllocSetContextCreate(TopMemoryContext, "vq_job vacuum", ALLOCSET_DEFAULT_SIZES);
 	MemoryContext old_portal = PortalContext;
+	MemoryContext old = MemoryContextSwitchTo(portal);
+	VacuumStmt *stmt = makeNode(VacuumStmt);
 
-	/* VACUUM keeps what must outlive its transactions in a child of PortalContext */
-	PortalContext = portal;
-	StartTransactionCommand();
+	/*
+	 * VACUUM commits and starts transactions as it goes: the statement must
+	 * live outside them, and so must what VACUUM keeps across them (in a
+	 * child of PortalContext).
+	 */
 	stmt->options = list_make1(makeDefElem("skip_locked", (Node *) makeBoolean(true), -1));
 	/* by OID: a table skipped because another vacuum holds it is skipped without a warning */
 	stmt->rels = list_make1(makeVacuumRelation(NULL, relid, NIL));
 	stmt->is_vacuumcmd = true;
+	PortalContext = portal;
+	StartTransactionCommand();
 	ExecVacuum(make_parsestate(NULL), stmt, true);
 	CommitTransactionCommand();
 	PortalContext = old_portal;
+	MemoryContextSwitchTo(old);
 	MemoryContextDelete(portal);
 }
 
