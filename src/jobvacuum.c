@@ -20,12 +20,11 @@
  */
 #include "postgres.h"
 
-#include "access/table.h"
+#include "access/relation.h"
 #include "access/transam.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "commands/vacuum.h"
-#include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "parser/parse_node.h"
 #include "pgstat.h"
@@ -33,7 +32,6 @@
 #include "storage/procarray.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
-#include "utils/snapmgr.h"
 
 #include "jobvacuum.h"
 
@@ -70,14 +68,16 @@ ReadFigures(JobTableFigures *figures)
 	StartTransactionCommand();
 	namespace = get_namespace_oid("vq", true);
 	figures->relid = OidIsValid(namespace) ? get_relname_relid("job_active", namespace) : InvalidOid;
-	if (!OidIsValid(figures->relid) || !ConditionalLockRelationOid(figures->relid, AccessShareLock))
+	rel = NULL;
+	if (OidIsValid(figures->relid) && ConditionalLockRelationOid(figures->relid, AccessShareLock))
+		rel = try_relation_open(figures->relid, NoLock);
+	if (rel == NULL)
 	{
 		CommitTransactionCommand();
 		return false;			/* gone, or locked by a rewrite: look again later */
 	}
-	rel = table_open(figures->relid, NoLock);
 	figures->horizon = GetOldestNonRemovableTransactionId(rel);
-	table_close(rel, NoLock);
+	relation_close(rel, NoLock);
 	stats = pgstat_fetch_stat_tabentry(figures->relid);
 	figures->dead = stats ? stats->n_dead_tuples : 0;
 	figures->vacuums = stats ? stats->vacuum_count + stats->autovac_vacuum_count : 0;
