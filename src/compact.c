@@ -36,9 +36,10 @@
 
 #define COMPACT_CHECK_MS 5000
 /*
- * What the table needs: room for the rows in it and for those one vacuum
- * cycle adds (the growth from just after one vacuum to just before the next,
- * the same whether or not a snapshot keeps the older ones), at
+ * What the table needs: room for the rows in it and for the row versions one
+ * vacuum cycle leaves behind (those its updates and deletes ended between two
+ * vacuums, counted by the statistics' cumulative counters: the dead-row count
+ * is no measure, on-access pruning lowers it as it goes), at
  * COMPACT_BYTES_PER_ROW each (~400 bytes measured with the index entries,
  * rounded up), plus COMPACT_BASE_BYTES. It is rewritten when it is more than
  * COMPACT_BLOAT times that: steady load keeps it at about half of it.
@@ -54,17 +55,21 @@ typedef struct CompactState
 {
 	TimestampTz last_check;
 	int64		vacuums;		/* vacuums of the table seen so far, -1 before the first check */
-	int64		cycle_start;	/* rows first seen after the last vacuum */
-	int64		cycle_peak;		/* most rows seen since then */
-	int64		cycle_growth;	/* what the cycle the last vacuum ended added, -1 unknown */
+	int64		cycle_ended;	/* versions ended so far, first seen after the last vacuum */
+	int64		last_growth;	/* versions ended in the cycle the last vacuum closed, -1 unknown */
+	int64		cycle_growth;	/* the most of that cycle's and the one before, -1 unknown */
 	bool		wanted;			/* a vacuum ended a cycle: look whether to rewrite */
 } CompactState;
 
-static CompactState state = {0, -1, 0, 0, -1, false};
+static CompactState state = {0, -1, 0, -1, -1, false};
 
-/* The table's size (heap, indexes, TOAST), rows (live and dead, as counted by the statistics) and vacuum count. */
+/*
+ * The table's size (heap, indexes, TOAST), rows (live and dead, as counted by
+ * the statistics), row versions ended so far (updated and deleted) and vacuum
+ * count.
+ */
 static void
-ReadTableFigures(int64 *bytes, int64 *rows, int64 *vacuums)
+ReadTableFigures(int64 *bytes, int64 *rows, int64 *ended, int64 *vacuums)
 {
 	static SPIPlanPtr plan = NULL;
 	bool		isnull;
@@ -72,6 +77,7 @@ ReadTableFigures(int64 *bytes, int64 *rows, int64 *vacuums)
 	(void) VqKeepPlan(&plan,
 					  "SELECT pg_catalog.pg_total_relation_size(c),"
 					  " pg_catalog.pg_stat_get_live_tuples(c) OPERATOR(pg_catalog.+) pg_catalog.pg_stat_get_dead_tuples(c),"
+					  " pg_catalog.pg_stat_get_tuples_updated(c) OPERATOR(pg_catalog.+) pg_catalog.pg_stat_get_tuples_deleted(c),"
 					  " pg_catalog.pg_stat_get_vacuum_count(c) OPERATOR(pg_catalog.+) pg_catalog.pg_stat_get_autovacuum_count(c)"
 					  " FROM (SELECT 'vq.job_active'::pg_catalog.regclass) r(c)",
 					  0, NULL);
@@ -79,25 +85,37 @@ ReadTableFigures(int64 *bytes, int64 *rows, int64 *vacuums)
 		elog(ERROR, "vq_job: reading the size of vq.job_active failed");
 	*bytes = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	*rows = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
-	*vacuums = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
+	*ended = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
+	*vacuums = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull));
 }
 
 /* Whether the table is worth a rewrite now; keeps track of the vacuum cycles. */
 static bool
-RewriteDue(int64 bytes, int64 rows, int64 vacuums)
+RewriteDue(int64 bytes, int64 rows, int64 ended, int64 vacuums)
 {
 	int64		needed;
 
 	if (vacuums != state.vacuums)
 	{
-		/* a vacuum ended a cycle (of unknown start for the first one seen) */
-		state.cycle_growth = state.vacuums < 0 ? -1 : Max(state.cycle_peak - state.cycle_start, 0);
+		/*
+		 * Vacuums closed one cycle or more since the last check (a share of
+		 * the versions ended meanwhile each): unknown for the first one seen,
+		 * and after the statistics were reset (the counters went back)
+		 */
+		int64		growth = state.vacuums < 0 || vacuums < state.vacuums || ended < state.cycle_ended ? -1 :
+			(ended - state.cycle_ended) / (vacuums - state.vacuums);
+
+		/*
+		 * Vacuums come at uneven intervals (executor 0's every 10 s, and
+		 * autovacuum's): a cycle that a second vacuum cut short says little
+		 * of what the table needs, the longer of two cycles says more.
+		 */
+		state.cycle_growth = growth < 0 ? -1 : Max(growth, state.last_growth);
+		state.last_growth = growth;
 		state.wanted = state.cycle_growth >= 0;
 		state.vacuums = vacuums;
-		state.cycle_start = state.cycle_peak = rows;
+		state.cycle_ended = ended;
 	}
-	else
-		state.cycle_peak = Max(state.cycle_peak, rows);
 	if (!state.wanted)
 		return false;
 	if (rows > COMPACT_MAX_ROWS)
@@ -179,6 +197,7 @@ VqCompactJobTable(TimestampTz now)
 {
 	int64		bytes,
 				rows,
+				ended,
 				vacuums;
 	bool		rewrote = false;
 	TimestampTz started = 0;
@@ -187,8 +206,8 @@ VqCompactJobTable(TimestampTz now)
 		return;
 	state.last_check = now;
 	VqBeginTransaction();
-	ReadTableFigures(&bytes, &rows, &vacuums);
-	if (RewriteDue(bytes, rows, vacuums))
+	ReadTableFigures(&bytes, &rows, &ended, &vacuums);
+	if (RewriteDue(bytes, rows, ended, vacuums))
 	{
 		rows = CountRowsUpTo(COMPACT_MAX_ROWS);
 		started = GetCurrentTimestamp();
