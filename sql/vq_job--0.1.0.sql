@@ -117,13 +117,17 @@ CREATE TABLE vq.job (
 
 -- The hot partition: every job is inserted here and leaves when it ends, so its live rows are
 -- the unfinished jobs and its dead ones the jobs that ended since the last vacuum. Vacuum it as
--- soon as any dead rows pile up, unthrottled (it is small: a pass takes milliseconds).
+-- soon as any dead rows pile up, unthrottled (it is small: a pass takes milliseconds; executor 0
+-- also vacuums it every 10 s). Vacuum does not cut empty pages off its end: that takes an ACCESS
+-- EXCLUSIVE lock, which stops every enqueue and claim, for a WAL flush and the truncation of the
+-- file (hundreds of milliseconds after a held snapshot); executor 0's rewrite gives that space
+-- back instead, and drops the old files after it has let go of its lock.
 CREATE TABLE vq.job_active PARTITION OF vq.job (CONSTRAINT job_active_pkey PRIMARY KEY (execution_id))
     FOR VALUES IN ('ENQUEUED', 'RUNNING')
     WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000,
           autovacuum_vacuum_insert_scale_factor = 0, autovacuum_vacuum_insert_threshold = 10000,
           autovacuum_analyze_scale_factor = 0, autovacuum_analyze_threshold = 10000,
-          autovacuum_vacuum_cost_delay = 0);
+          autovacuum_vacuum_cost_delay = 0, vacuum_truncate = false);
 -- The claim path: due ENQUEUED rows of a queue, highest priority first, then earliest
 -- (execution_id breaks ties, so a claim can resume exactly where the previous one ended).
 CREATE INDEX job_claim_idx ON vq.job_active (queue, priority DESC, scheduled_at, execution_id)
