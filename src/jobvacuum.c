@@ -16,7 +16,8 @@
  * visits go on as configured). A vacuum by autovacuum counts too: the next
  * one comes an interval after it. The vacuum runs in its own transactions,
  * skips the table if another vacuum holds it, and takes milliseconds for the
- * few MB the table then stays at; the other executors keep claiming.
+ * few MB the table then stays at; the other executors keep claiming. A heap
+ * over JOB_VACUUM_MAX_PAGES is left to autovacuum.
  */
 #include "postgres.h"
 
@@ -28,6 +29,7 @@
 #include "nodes/makefuncs.h"
 #include "parser/parse_node.h"
 #include "pgstat.h"
+#include "storage/bufmgr.h"
 #include "storage/lmgr.h"
 #include "storage/procarray.h"
 #include "utils/lsyscache.h"
@@ -38,6 +40,13 @@
 #define JOB_VACUUM_INTERVAL_MS 10000
 /* Fewer dead versions than this are not worth a vacuum (the table's own autovacuum threshold). */
 #define JOB_VACUUM_MIN_DEAD 1000
+/*
+ * A bigger heap (128 MB) is what a held snapshot leaves behind, or a backlog
+ * of hundreds of thousands of jobs: vacuuming it takes seconds and a burst of
+ * WAL that executor 0 would spend instead of claiming. Autovacuum's own
+ * worker vacuums it then (and executor 0 rewrites it after that, compact.c).
+ */
+#define JOB_VACUUM_MAX_PAGES 16384
 
 typedef struct JobVacuumState
 {
@@ -52,6 +61,7 @@ static JobVacuumState state = {0, -1, InvalidTransactionId};
 typedef struct JobTableFigures
 {
 	Oid			relid;
+	BlockNumber pages;
 	int64		dead;
 	int64		vacuums;
 	TransactionId horizon;
@@ -77,6 +87,7 @@ ReadFigures(JobTableFigures *figures)
 		return false;			/* gone, or locked by a rewrite: look again later */
 	}
 	figures->horizon = GetOldestNonRemovableTransactionId(rel);
+	figures->pages = RelationGetNumberOfBlocks(rel);
 	relation_close(rel, NoLock);
 	stats = pgstat_fetch_stat_tabentry(figures->relid);
 	figures->dead = stats ? stats->n_dead_tuples : 0;
@@ -98,7 +109,7 @@ VacuumDue(const JobTableFigures *figures, TimestampTz now)
 	}
 	if (!TimestampDifferenceExceeds(state.last_vacuum, now, JOB_VACUUM_INTERVAL_MS))
 		return false;
-	if (figures->dead < JOB_VACUUM_MIN_DEAD)
+	if (figures->dead < JOB_VACUUM_MIN_DEAD || figures->pages > JOB_VACUUM_MAX_PAGES)
 		return false;
 	return !TransactionIdIsValid(state.horizon) || TransactionIdFollows(figures->horizon, state.horizon);
 }
