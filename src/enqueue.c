@@ -12,6 +12,10 @@
  * concurrent duplicate wait for the first inserter and then return its
  * execution_id.
  *
+ * A job is due at run_at, or from the call when run_at is NULL; a role
+ * without a grant on the job's queue cannot make it due before the call
+ * (DueAt), and no time may be infinite.
+ *
  * When the transaction commits, the database's workers are woken (due jobs)
  * or told the earliest future due time (wakeup.c): nothing happens on
  * rollback and nothing before the commit is visible.
@@ -68,12 +72,14 @@ typedef struct JobSpec
 	int32		priority;
 	int32		max_attempts;
 	TimestampTz scheduled_at;
-	TimestampTz now;
+	TimestampTz now;			/* the transaction's start: created_at */
+	TimestampTz called_at;		/* the call: the earliest a job is due without a queue grant */
 	Jsonb	   *metadata;
 	Oid			enqueued_by;
 } JobSpec;
 
 static void CheckQueueGrant(const JobSpec *spec);
+static TimestampTz DueAt(VqQueue *queue, Oid role, TimestampTz run_at, TimestampTz called_at);
 static void RunWrite(SPIPlanPtr plan, Datum *values, const char *nulls, int expected);
 
 /* Columns every insert plan binds, in this order, as $1..$NCOMMON. */
@@ -313,7 +319,9 @@ ResolveSpec(FunctionCallInfo fcinfo, JobSpec *spec)
 	spec->metadata = VqMergeBoundContext(metadata);
 	VqCheckSize(JsonbPGetDatum(spec->metadata), vq_max_metadata_bytes, "metadata", "vq.max_metadata_bytes");
 	spec->now = GetCurrentTransactionStartTimestamp();
-	spec->scheduled_at = spec->now;
+	/* due from the call, not from the transaction's start (see DueAt) */
+	spec->called_at = GetCurrentTimestamp();
+	spec->scheduled_at = spec->called_at;
 }
 
 /* Is role a superuser, or a member of one of the granted roles? */
@@ -335,6 +343,22 @@ bool
 VqMayProduce(VqHandler *handler, Oid role)
 {
 	return Granted(handler->producers, role);
+}
+
+/*
+ * When a job asked to run at run_at is due: then, except that for a role
+ * without a grant on its queue (vq_grant_queue) a time before called_at (the
+ * enqueue's clock) counts as called_at. A past run_at would place the job
+ * ahead of the jobs already due at its priority, as a higher priority would;
+ * at called_at it comes after every one of them (each is due at or before the
+ * moment it is looked at). Only a past run_at costs the grant lookup.
+ */
+static TimestampTz
+DueAt(VqQueue *queue, Oid role, TimestampTz run_at, TimestampTz called_at)
+{
+	if (run_at >= called_at || Granted(queue->granted, role))
+		return run_at;
+	return called_at;
 }
 
 /*
@@ -440,6 +464,8 @@ InsertOne(const JobSpec *spec, Datum payload, bool payload_null, text *job_id, I
 		VqCheckSize(payload, vq_max_payload_bytes, "payload", "vq.max_payload_bytes");
 	if (window == NULL && job_id != NULL)
 		window = spec->handler->unique_for; /* the handler's window, when the call gives none */
+	if (window != NULL)
+		(void) VqAddInterval(spec->now, window, "unique_for");	/* (its end: now() + window) */
 	NewUuid(execution_id);
 	memset(nulls, ' ', sizeof(nulls));
 	BindCommon(spec, values, nulls);
@@ -538,11 +564,14 @@ vq_enqueue(PG_FUNCTION_ARGS)
 	JobSpec		spec;
 	text	   *job_id = PG_ARGISNULL(ARG_JOB_ID) ? NULL : PG_GETARG_TEXT_PP(ARG_JOB_ID);
 
+	VqRequireWritable("vq_enqueue");
 	if (job_id)
 		CheckJobId(job_id);
+	if (!PG_ARGISNULL(ARG_WHEN))
+		VqCheckFiniteTime(PG_GETARG_TIMESTAMPTZ(ARG_WHEN), "run_at");
 	ResolveSpec(fcinfo, &spec);
 	if (!PG_ARGISNULL(ARG_WHEN))
-		spec.scheduled_at = PG_GETARG_TIMESTAMPTZ(ARG_WHEN);
+		spec.scheduled_at = DueAt(spec.queue, spec.enqueued_by, PG_GETARG_TIMESTAMPTZ(ARG_WHEN), spec.called_at);
 	return InsertOne(&spec, PG_GETARG_DATUM(ARG_PAYLOAD), PG_ARGISNULL(ARG_PAYLOAD), job_id,
 					 UniqueFor(fcinfo, job_id));
 }
@@ -554,14 +583,14 @@ vq_enqueue_in(PG_FUNCTION_ARGS)
 	JobSpec		spec;
 	text	   *job_id = PG_ARGISNULL(ARG_JOB_ID) ? NULL : PG_GETARG_TEXT_PP(ARG_JOB_ID);
 
+	VqRequireWritable("vq_enqueue_in");
 	if (job_id)
 		CheckJobId(job_id);
 	ResolveSpec(fcinfo, &spec);
-	spec.scheduled_at = GetCurrentTimestamp();
 	if (!PG_ARGISNULL(ARG_WHEN))
-		spec.scheduled_at = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-																	TimestampTzGetDatum(spec.scheduled_at),
-																	PG_GETARG_DATUM(ARG_WHEN)));
+		spec.scheduled_at = DueAt(spec.queue, spec.enqueued_by,
+								  VqAddInterval(spec.called_at, PG_GETARG_INTERVAL_P(ARG_WHEN), "delay"),
+								  spec.called_at);
 	return InsertOne(&spec, PG_GETARG_DATUM(ARG_PAYLOAD), PG_ARGISNULL(ARG_PAYLOAD), job_id,
 					 UniqueFor(fcinfo, job_id));
 }
@@ -672,6 +701,7 @@ vq_enqueue_many(PG_FUNCTION_ARGS)
 	VqSavedUser saved;
 	ErrorContextCallback errcb;
 
+	VqRequireWritable("vq_enqueue_many");
 	if (PG_ARGISNULL(ARG_PAYLOAD))
 		ereport(ERROR,
 				(errcode(ERRCODE_VQ_INVALID_ARGUMENT),
@@ -696,9 +726,11 @@ vq_enqueue_many(PG_FUNCTION_ARGS)
 			if (!key_nulls[i])
 				CheckJobId(DatumGetTextPP(keys[i]));
 	}
+	if (!PG_ARGISNULL(ARG_WHEN))
+		VqCheckFiniteTime(PG_GETARG_TIMESTAMPTZ(ARG_WHEN), "run_at");
 	ResolveSpec(fcinfo, &spec);
 	if (!PG_ARGISNULL(ARG_WHEN))
-		spec.scheduled_at = PG_GETARG_TIMESTAMPTZ(ARG_WHEN);
+		spec.scheduled_at = DueAt(spec.queue, spec.enqueued_by, PG_GETARG_TIMESTAMPTZ(ARG_WHEN), spec.called_at);
 	CheckPayloadSizes(payloads);
 
 	ids = palloc(sizeof(Datum) * Max(n, 1));
@@ -761,8 +793,10 @@ vq_enqueue_many(PG_FUNCTION_ARGS)
 /*
  * Enqueue one job whose settings are already resolved (the outbox relay: its
  * snapshot is never re-resolved), as enqueued_by, with metadata stored as
- * given. Validates like vq_enqueue: an invalid job raises a VQ0xx / 42501 /
- * 42883 error. Returns the execution_id.
+ * given, due at scheduled_at as vq_enqueue's run_at is (DueAt: the
+ * publisher's queue grant decides whether a past time is kept). Validates
+ * like vq_enqueue: an invalid job raises a VQ0xx / 42501 / 42883 error.
+ * Returns the execution_id.
  */
 Datum
 VqEnqueueResolved(const char *handler_name, const char *queue_name, int32 priority, int32 max_attempts,
@@ -797,13 +831,17 @@ VqEnqueueResolved(const char *handler_name, const char *queue_name, int32 priori
 	VqCheckEnqueuePrivilege(spec.handler, enqueued_by);
 	spec.metadata = metadata ? metadata : VqMergeBoundContext(NULL);
 	spec.now = GetCurrentTransactionStartTimestamp();
-	spec.scheduled_at = scheduled_at;
+	spec.called_at = GetCurrentTimestamp();
+	VqCheckFiniteTime(scheduled_at, "scheduled_at");
+	spec.scheduled_at = DueAt(spec.queue, enqueued_by, scheduled_at, spec.called_at);
 	return InsertOne(&spec, payload, payload_null, NULL, NULL);
 }
 
 /*
  * Insert n jobs, each with its own settings already resolved and validated by
- * the caller (the outbox relay, set-based). Generated ids; errors propagate.
+ * the caller (the outbox relay, set-based), each due as VqEnqueueResolved
+ * makes it (an infinite time is an error here: the caller then goes one by
+ * one). Generated ids; errors propagate.
  */
 void
 VqEnqueueManyResolved(VqRegistry *registry, int n, VqHandler **handler_of, Datum *queues,
@@ -820,13 +858,25 @@ VqEnqueueManyResolved(VqRegistry *registry, int n, VqHandler **handler_of, Datum
 	Datum	   *addresses = palloc(sizeof(Datum) * n);
 	Datum	   *functions = palloc(sizeof(Datum) * n);
 	bool	   *function_nulls = palloc(sizeof(bool) * n);
+	Datum	   *due = palloc(sizeof(Datum) * n);
 	pg_uuid_t  *uuids = palloc(sizeof(pg_uuid_t) * n);
 	int			dims[1] = {n};
 	int			lbs[1] = {1};
+	TimestampTz called_at = GetCurrentTimestamp();
 	VqSavedUser saved;
 
 	for (int i = 0; i < n; i++)
 	{
+		TimestampTz at = DatumGetTimestampTz(scheduled[i]);
+
+		VqCheckFiniteTime(at, "scheduled_at");
+		if (at < called_at)		/* (the queue's grants: only for a past time) */
+		{
+			VqQueue    *queue = VqLookupQueue(registry, TextDatumGetCString(queues[i]));
+
+			at = queue ? DueAt(queue, DatumGetObjectId(enqueued_by[i]), at, called_at) : called_at;
+		}
+		due[i] = TimestampTzGetDatum(at);
 		NewUuid(&uuids[i]);
 		ids[i] = UUIDPGetDatum(&uuids[i]);
 		handlers[i] = handler_of[i]->name_datum;
@@ -841,7 +891,7 @@ VqEnqueueManyResolved(VqRegistry *registry, int n, VqHandler **handler_of, Datum
 	values[4] = PointerGetDatum(construct_array(queues, n, TEXTOID, -1, false, TYPALIGN_INT));
 	values[5] = PointerGetDatum(construct_array(priorities, n, INT4OID, 4, true, TYPALIGN_INT));
 	values[6] = PointerGetDatum(construct_array(max_attempts, n, INT4OID, 4, true, TYPALIGN_INT));
-	values[7] = PointerGetDatum(construct_array(scheduled, n, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	values[7] = PointerGetDatum(construct_array(due, n, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 	values[8] = PointerGetDatum(construct_md_array(payloads, payload_nulls, 1, dims, lbs, JSONBOID, -1, false, TYPALIGN_INT));
 	values[9] = PointerGetDatum(construct_array(metadatas, n, JSONBOID, -1, false, TYPALIGN_INT));
 	values[10] = PointerGetDatum(construct_array(enqueued_by, n, REGROLEOID, 4, true, TYPALIGN_INT));
@@ -865,5 +915,5 @@ VqEnqueueManyResolved(VqRegistry *registry, int n, VqHandler **handler_of, Datum
 	VqRestoreUser(&saved);
 	for (int i = 0; i < n; i++)
 		VqJobsEnqueuedAtCommit(TextDatumGetCString(queues[i]), DatumGetInt32(priorities[i]),
-							   DatumGetTimestampTz(scheduled[i]), true);
+							   DatumGetTimestampTz(due[i]), true);
 }

@@ -53,6 +53,9 @@ InsertRow(VqRegistry *registry, const char *type, const char *destination, Funct
 					 errmsg("headers must be a JSON object")));
 	}
 
+	/* (the relay's job is due at this time, DueAt in enqueue.c: the publisher's queue grant keeps a past one) */
+	if (!PG_ARGISNULL(scheduled_arg))
+		VqCheckFiniteTime(PG_GETARG_TIMESTAMPTZ(scheduled_arg), "scheduled_at");
 	if (!PG_ARGISNULL(payload_arg))
 		VqCheckSize(PG_GETARG_DATUM(payload_arg), vq_max_payload_bytes, "payload", "vq.max_payload_bytes");
 	if (headers != NULL)
@@ -142,9 +145,11 @@ DelayedJobMetadata(VqRegistry *registry, const char *target)
 Datum
 vq_outbox_publish(PG_FUNCTION_ARGS)
 {
-	VqRegistry *registry = VqRegistryGet();
+	VqRegistry *registry;
 	char	   *target;
 
+	VqRequireWritable("vq_outbox_publish");
+	registry = VqRegistryGet();
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
 				(errcode(ERRCODE_VQ_INVALID_HANDLER_NAME),
@@ -162,11 +167,13 @@ vq_outbox_publish(PG_FUNCTION_ARGS)
 Datum
 vq_outbox_publish_to(PG_FUNCTION_ARGS)
 {
-	VqRegistry *registry = VqRegistryGet();
+	VqRegistry *registry;
 	char	   *type;
 	char	   *destination;
 	Jsonb	   *metadata;
 
+	VqRequireWritable("vq_outbox_publish_to");
+	registry = VqRegistryGet();
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
 		ereport(ERROR,
 				(errcode(ERRCODE_VQ_INVALID_DESTINATION),

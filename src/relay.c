@@ -375,7 +375,7 @@ RecordUndelivered(OutboxRow *row, RelayResult result, const char *message, Times
 	const char *kind = result == RELAY_UNRESOLVABLE ? "unresolvable: " : result == RELAY_PERMANENT ? "permanent: " : "retryable: ";
 
 	values[0] = Int64GetDatum(row->id);
-	values[1] = CStringGetTextDatum(psprintf("%s%s", kind, message ? message : "(no message)"));
+	values[1] = CStringGetTextDatum(VqCapText(psprintf("%s%s", kind, message ? message : "(no message)")));
 	values[2] = TimestampTzGetDatum(now);
 	if (result == RELAY_PERMANENT)
 	{
