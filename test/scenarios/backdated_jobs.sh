@@ -46,7 +46,7 @@ OB="$(q_as "$B" "SELECT vq_outbox_publish('bd_h', '{}', '2000-01-01')")"
 wait_for "SELECT status = 'PUBLISHED' FROM vq.outbox WHERE id = $OB" 10 "the relay to enqueue B's outbox row"
 q "UPDATE vq.job SET job_id = 'b-outbox' WHERE queue = 'bd' AND enqueued_by = '$B'::regrole AND job_id LIKE 'delayed-%'" >/dev/null
 q_as "$G" "SELECT vq_enqueue('bd_h', '{}', '2000-01-01', job_id => 'granted')" >/dev/null
-assert_eq "granted|t" \
+assert_eq "granted|true" \
     "$(q "SELECT string_agg(job_id, ',') || '|' || bool_and(scheduled_at = '2000-01-01')
             FROM vq.job WHERE queue = 'bd' AND scheduled_at < '2001-01-01'")" \
     "the only job kept in the past (the granted role's)"

@@ -75,7 +75,7 @@ N="$(q "SELECT vq_enqueue('ec_n', '{}')")"
 wait_state "$N" RUNNING 10
 assert_eq 1 "$(q "SELECT count(*) FROM vq_take('$N')")" "the NOTIFY job taken"
 assert_eq t "$(q "SELECT vq_fail('$N', repeat('ü', 10 * 1024 * 1024))")" "vq_fail accepted"
-assert_eq "DEAD_LETTER|t|t" \
+assert_eq "DEAD_LETTER|true|true" \
     "$(q "SELECT state || '|' || (octet_length(last_error) <= 8192) || '|' ||
                  (last_error ~ '^ü+ \[cut: 20971520 bytes in all\]$')
             FROM vq.job WHERE execution_id = '$N'")" "the consumer's failure, as stored"
