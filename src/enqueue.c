@@ -14,7 +14,7 @@
  *
  * A job is due at run_at, or from the call when run_at is NULL; a role
  * without a grant on the job's queue cannot make it due before the call
- * (DueAt), and no time may be infinite.
+ * (VqDueAt), and no time may be infinite.
  *
  * When the transaction commits, the database's workers are woken (due jobs)
  * or told the earliest future due time (wakeup.c): nothing happens on
@@ -79,7 +79,6 @@ typedef struct JobSpec
 } JobSpec;
 
 static void CheckQueueGrant(const JobSpec *spec);
-static TimestampTz DueAt(VqQueue *queue, Oid role, TimestampTz run_at, TimestampTz called_at);
 static void RunWrite(SPIPlanPtr plan, Datum *values, const char *nulls, int expected);
 
 /* Columns every insert plan binds, in this order, as $1..$NCOMMON. */
@@ -319,7 +318,7 @@ ResolveSpec(FunctionCallInfo fcinfo, JobSpec *spec)
 	spec->metadata = VqMergeBoundContext(metadata);
 	VqCheckSize(JsonbPGetDatum(spec->metadata), vq_max_metadata_bytes, "metadata", "vq.max_metadata_bytes");
 	spec->now = GetCurrentTransactionStartTimestamp();
-	/* due from the call, not from the transaction's start (see DueAt) */
+	/* due from the call, not from the transaction's start (see VqDueAt) */
 	spec->called_at = GetCurrentTimestamp();
 	spec->scheduled_at = spec->called_at;
 }
@@ -348,13 +347,14 @@ VqMayProduce(VqHandler *handler, Oid role)
 /*
  * When a job asked to run at run_at is due: then, except that for a role
  * without a grant on its queue (vq_grant_queue) a time before called_at (the
- * enqueue's clock) counts as called_at. A past run_at would place the job
- * ahead of the jobs already due at its priority, as a higher priority would;
- * at called_at it comes after every one of them (each is due at or before the
- * moment it is looked at). Only a past run_at costs the grant lookup.
+ * enqueue's or the publish's clock) counts as called_at. A past run_at would
+ * place the job ahead of the jobs already due at its priority, as a higher
+ * priority would; at called_at it comes after every one of them (each is due
+ * at or before the moment it is looked at). Only a past run_at costs the
+ * grant lookup.
  */
-static TimestampTz
-DueAt(VqQueue *queue, Oid role, TimestampTz run_at, TimestampTz called_at)
+TimestampTz
+VqDueAt(VqQueue *queue, Oid role, TimestampTz run_at, TimestampTz called_at)
 {
 	if (run_at >= called_at || Granted(queue->granted, role))
 		return run_at;
@@ -571,7 +571,7 @@ vq_enqueue(PG_FUNCTION_ARGS)
 		VqCheckFiniteTime(PG_GETARG_TIMESTAMPTZ(ARG_WHEN), "run_at");
 	ResolveSpec(fcinfo, &spec);
 	if (!PG_ARGISNULL(ARG_WHEN))
-		spec.scheduled_at = DueAt(spec.queue, spec.enqueued_by, PG_GETARG_TIMESTAMPTZ(ARG_WHEN), spec.called_at);
+		spec.scheduled_at = VqDueAt(spec.queue, spec.enqueued_by, PG_GETARG_TIMESTAMPTZ(ARG_WHEN), spec.called_at);
 	return InsertOne(&spec, PG_GETARG_DATUM(ARG_PAYLOAD), PG_ARGISNULL(ARG_PAYLOAD), job_id,
 					 UniqueFor(fcinfo, job_id));
 }
@@ -588,7 +588,7 @@ vq_enqueue_in(PG_FUNCTION_ARGS)
 		CheckJobId(job_id);
 	ResolveSpec(fcinfo, &spec);
 	if (!PG_ARGISNULL(ARG_WHEN))
-		spec.scheduled_at = DueAt(spec.queue, spec.enqueued_by,
+		spec.scheduled_at = VqDueAt(spec.queue, spec.enqueued_by,
 								  VqAddInterval(spec.called_at, PG_GETARG_INTERVAL_P(ARG_WHEN), "delay"),
 								  spec.called_at);
 	return InsertOne(&spec, PG_GETARG_DATUM(ARG_PAYLOAD), PG_ARGISNULL(ARG_PAYLOAD), job_id,
@@ -730,7 +730,7 @@ vq_enqueue_many(PG_FUNCTION_ARGS)
 		VqCheckFiniteTime(PG_GETARG_TIMESTAMPTZ(ARG_WHEN), "run_at");
 	ResolveSpec(fcinfo, &spec);
 	if (!PG_ARGISNULL(ARG_WHEN))
-		spec.scheduled_at = DueAt(spec.queue, spec.enqueued_by, PG_GETARG_TIMESTAMPTZ(ARG_WHEN), spec.called_at);
+		spec.scheduled_at = VqDueAt(spec.queue, spec.enqueued_by, PG_GETARG_TIMESTAMPTZ(ARG_WHEN), spec.called_at);
 	CheckPayloadSizes(payloads);
 
 	ids = palloc(sizeof(Datum) * Max(n, 1));
@@ -793,10 +793,9 @@ vq_enqueue_many(PG_FUNCTION_ARGS)
 /*
  * Enqueue one job whose settings are already resolved (the outbox relay: its
  * snapshot is never re-resolved), as enqueued_by, with metadata stored as
- * given, due at scheduled_at as vq_enqueue's run_at is (DueAt: the
- * publisher's queue grant decides whether a past time is kept). Validates
- * like vq_enqueue: an invalid job raises a VQ0xx / 42501 / 42883 error.
- * Returns the execution_id.
+ * given, due at scheduled_at (the publish applied VqDueAt to a row's time).
+ * Validates like vq_enqueue: an invalid job raises a VQ0xx / 42501 / 42883
+ * error. Returns the execution_id.
  */
 Datum
 VqEnqueueResolved(const char *handler_name, const char *queue_name, int32 priority, int32 max_attempts,
@@ -831,17 +830,16 @@ VqEnqueueResolved(const char *handler_name, const char *queue_name, int32 priori
 	VqCheckEnqueuePrivilege(spec.handler, enqueued_by);
 	spec.metadata = metadata ? metadata : VqMergeBoundContext(NULL);
 	spec.now = GetCurrentTransactionStartTimestamp();
-	spec.called_at = GetCurrentTimestamp();
-	VqCheckFiniteTime(scheduled_at, "scheduled_at");
-	spec.scheduled_at = DueAt(spec.queue, enqueued_by, scheduled_at, spec.called_at);
+	VqCheckFiniteTime(scheduled_at, "scheduled_at");	/* (a row written directly may hold anything) */
+	spec.scheduled_at = scheduled_at;
 	return InsertOne(&spec, payload, payload_null, NULL, NULL);
 }
 
 /*
  * Insert n jobs, each with its own settings already resolved and validated by
- * the caller (the outbox relay, set-based), each due as VqEnqueueResolved
- * makes it (an infinite time is an error here: the caller then goes one by
- * one). Generated ids; errors propagate.
+ * the caller (the outbox relay, set-based), each due at its time (an infinite
+ * one is an error here: the caller then goes one by one, and the one row
+ * fails). Generated ids; errors propagate.
  */
 void
 VqEnqueueManyResolved(VqRegistry *registry, int n, VqHandler **handler_of, Datum *queues,
@@ -858,25 +856,14 @@ VqEnqueueManyResolved(VqRegistry *registry, int n, VqHandler **handler_of, Datum
 	Datum	   *addresses = palloc(sizeof(Datum) * n);
 	Datum	   *functions = palloc(sizeof(Datum) * n);
 	bool	   *function_nulls = palloc(sizeof(bool) * n);
-	Datum	   *due = palloc(sizeof(Datum) * n);
 	pg_uuid_t  *uuids = palloc(sizeof(pg_uuid_t) * n);
 	int			dims[1] = {n};
 	int			lbs[1] = {1};
-	TimestampTz called_at = GetCurrentTimestamp();
 	VqSavedUser saved;
 
 	for (int i = 0; i < n; i++)
 	{
-		TimestampTz at = DatumGetTimestampTz(scheduled[i]);
-
-		VqCheckFiniteTime(at, "scheduled_at");
-		if (at < called_at)		/* (the queue's grants: only for a past time) */
-		{
-			VqQueue    *queue = VqLookupQueue(registry, TextDatumGetCString(queues[i]));
-
-			at = queue ? DueAt(queue, DatumGetObjectId(enqueued_by[i]), at, called_at) : called_at;
-		}
-		due[i] = TimestampTzGetDatum(at);
+		VqCheckFiniteTime(DatumGetTimestampTz(scheduled[i]), "scheduled_at");
 		NewUuid(&uuids[i]);
 		ids[i] = UUIDPGetDatum(&uuids[i]);
 		handlers[i] = handler_of[i]->name_datum;
@@ -891,7 +878,7 @@ VqEnqueueManyResolved(VqRegistry *registry, int n, VqHandler **handler_of, Datum
 	values[4] = PointerGetDatum(construct_array(queues, n, TEXTOID, -1, false, TYPALIGN_INT));
 	values[5] = PointerGetDatum(construct_array(priorities, n, INT4OID, 4, true, TYPALIGN_INT));
 	values[6] = PointerGetDatum(construct_array(max_attempts, n, INT4OID, 4, true, TYPALIGN_INT));
-	values[7] = PointerGetDatum(construct_array(due, n, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	values[7] = PointerGetDatum(construct_array(scheduled, n, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 	values[8] = PointerGetDatum(construct_md_array(payloads, payload_nulls, 1, dims, lbs, JSONBOID, -1, false, TYPALIGN_INT));
 	values[9] = PointerGetDatum(construct_array(metadatas, n, JSONBOID, -1, false, TYPALIGN_INT));
 	values[10] = PointerGetDatum(construct_array(enqueued_by, n, REGROLEOID, 4, true, TYPALIGN_INT));
@@ -915,5 +902,5 @@ VqEnqueueManyResolved(VqRegistry *registry, int n, VqHandler **handler_of, Datum
 	VqRestoreUser(&saved);
 	for (int i = 0; i < n; i++)
 		VqJobsEnqueuedAtCommit(TextDatumGetCString(queues[i]), DatumGetInt32(priorities[i]),
-							   DatumGetTimestampTz(due[i]), true);
+							   DatumGetTimestampTz(scheduled[i]), true);
 }

@@ -2,9 +2,10 @@
 --   1. run_at NULL: due from the call (clock_timestamp() then), not from the transaction's start:
 --      a job enqueued late in a long transaction comes after the jobs that became due meanwhile;
 --   2. a role without a grant on the job's queue cannot backdate it: a past run_at
---      (vq_enqueue, vq_enqueue_many) or a negative delay (vq_enqueue_in) counts as the call,
---      so the job comes after every job already due at its priority, in claim order; a
---      role granted the queue (vq_grant_queue), and a superuser, keep the past time;
+--      (vq_enqueue, vq_enqueue_many), a negative delay (vq_enqueue_in) or the past
+--      scheduled_at of a DELAYED_JOB outbox row counts as the call, so the job comes after
+--      every job already due at its priority, in claim order; a role granted the queue
+--      (vq_grant_queue), and a superuser, keep the past time;
 --   3. infinite or out-of-range times are refused with VQ008: run_at +-infinity
 --      (vq_enqueue, vq_enqueue_many), a delay or unique_for that leaves the timestamp range,
 --      scheduled_at +-infinity (vq_outbox_publish, vq_outbox_publish_to); nothing is written;
@@ -46,7 +47,13 @@ SELECT vq_enqueue_in('ra_h', '{}', '-1 day', job_id => 'tenant-negative-delay') 
 SELECT cardinality(vq_enqueue_many('ra_h', ARRAY['{}'::jsonb], now() - interval '1 hour',
                                    job_ids => ARRAY['tenant-batch'])) AS batch;
 SELECT vq_enqueue('ra_h', '{}', '2999-01-01', job_id => 'tenant-future') AS b4 \gset
+SELECT vq_outbox_publish('ra_h', '{"o": 1}', '2000-01-01') AS o1 \gset
+SELECT vq_outbox_publish_to('NOTIFY', 'ra_channel', '{}', '2000-01-01') AS o2 \gset
 RESET ROLE;
+-- an outbox row's job is due at its scheduled_at: stored as the publish's time (a NOTIFY row has no queue)
+SELECT id = :o1 AS delayed_job_row, scheduled_at >= :'t_call' AS not_before_the_call
+  FROM vq.outbox WHERE id IN (:o1, :o2) ORDER BY id;
+DELETE FROM vq.outbox WHERE id IN (:o1, :o2);
 SELECT job_id, scheduled_at >= :'t_call' AS not_before_the_call, scheduled_at < '2001-01-01' AS kept_in_the_past
   FROM vq.job WHERE queue = 'ra_q' AND job_id LIKE 'tenant-%' AND job_id <> 'tenant-future' ORDER BY job_id;
 SELECT scheduled_at = '2999-01-01' AS future_kept FROM vq.job WHERE execution_id = :'b4';
