@@ -593,7 +593,7 @@ DeliverDelayedJobsTogether(VqRegistry *registry, List *rows, Datum *published, i
 	{
 		/* not expected after the checks: fall back to one row at a time, which records each row's error */
 		ereport(LOG, (errmsg("vq_job: relaying %d outbox rows together failed (%s); relaying them one by one",
-							 jobs.n, edata->message)));
+							 jobs.n, VqCapText(edata->message))));
 		FreeErrorData(edata);
 		return list_concat(together, rest);
 	}
