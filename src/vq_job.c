@@ -241,12 +241,12 @@ VqAddInterval(TimestampTz t, const Interval *span, const char *what)
 /*
  * text within limit bytes: a longer one is cut at a character boundary and
  * ends with " [cut: N bytes in all]" (the mark vq_log lines get), so that
- * the whole stays within limit. Returns text itself when it fits.
+ * the whole stays within limit. Returns text itself when it fits (or is NULL).
  */
 char *
 VqCapTextTo(const char *text, int limit)
 {
-	int			len = strlen(text);
+	int			len = text ? strlen(text) : 0;
 	char		note[64];
 	int			keep;
 
