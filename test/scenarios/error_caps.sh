@@ -18,6 +18,8 @@ set -euo pipefail
 # shellcheck source=test/scenarios/lib/common.sh
 . "$(dirname "$0")/lib/common.sh"
 
+# each path is checked even when an earlier one fails (fail_summary at the end)
+check_eq() { [[ "$1" == "$2" ]] || fail_later "$3: expected [$1], found [${2:0:200}]"; }
 cleanup() {
     set +e
     q "SELECT vq_unregister_interceptor('ec_icpt')" >/dev/null 2>&1
@@ -62,24 +64,24 @@ SQL
 log "1. a function handler's 1 MB error"
 F="$(q "SELECT vq_enqueue('ec_fail', '{}')")"
 wait_state "$F" DEAD_LETTER 20
-assert_eq "ok" "$(q "SELECT ec_check(last_error, 1000001) FROM vq.job WHERE execution_id = '$F'")" \
+check_eq "ok" "$(q "SELECT ec_check(last_error, 1000001) FROM vq.job WHERE execution_id = '$F'")" \
     "last_error of the dead letter"
-assert_eq "ok ok" "$(q "SELECT string_agg(ec_check(error, 1000001), ' ' ORDER BY id) FROM vq.job_transition
+check_eq "ok ok" "$(q "SELECT string_agg(ec_check(error, 1000001), ' ' ORDER BY id) FROM vq.job_transition
                          WHERE execution_id = '$F' AND kind = 'FAILED'")" "the two FAILED transitions"
 S="$(q "SELECT vq_enqueue('ec_fail', '{\"short\": 1}')")"
 wait_state "$S" DEAD_LETTER 20
-assert_eq "short error" "$(q "SELECT last_error FROM vq.job WHERE execution_id = '$S'")" "a short error, whole"
+check_eq "short error" "$(q "SELECT last_error FROM vq.job WHERE execution_id = '$S'")" "a short error, whole"
 
 log "2. a consumer's vq_fail with 20 MB"
 N="$(q "SELECT vq_enqueue('ec_n', '{}')")"
 wait_state "$N" RUNNING 10
 assert_eq 1 "$(q "SELECT count(*) FROM vq_take('$N')")" "the NOTIFY job taken"
 assert_eq t "$(q "SELECT vq_fail('$N', repeat('ü', 10 * 1024 * 1024))")" "vq_fail accepted"
-assert_eq "DEAD_LETTER|true|true" \
+check_eq "DEAD_LETTER|true|true" \
     "$(q "SELECT state || '|' || (octet_length(last_error) <= 8192) || '|' ||
                  (last_error ~ '^ü+ \[cut: 20971520 bytes in all\]$')
             FROM vq.job WHERE execution_id = '$N'")" "the consumer's failure, as stored"
-assert_eq "t" "$(q "SELECT bool_and(octet_length(error) <= 8192 AND error ~ '^ü+ \[cut: 20971520 bytes in all\]$')
+check_eq "t" "$(q "SELECT bool_and(octet_length(error) <= 8192 AND error ~ '^ü+ \[cut: 20971520 bytes in all\]$')
                      FROM vq.job_transition WHERE execution_id = '$N' AND kind = 'FAILED'")" \
     "the consumer's FAILED transition"
 
@@ -87,16 +89,17 @@ log "3. the outbox relay's errors"
 R1="$(q "SELECT vq_outbox_publish_to('ec.retry', 'd', '{}')")"
 R2="$(q "SELECT vq_outbox_publish_to('ec.raise', 'd', '{}')")"
 wait_for "SELECT count(*) = 2 FROM vq.outbox WHERE id IN ($R1, $R2) AND attempts >= 1" 10 "both rows tried once"
-assert_eq "ok" "$(q "SELECT ec_check(last_error, 1000001, 'retryable: ') FROM vq.outbox WHERE id = $R1")" \
+check_eq "ok" "$(q "SELECT ec_check(last_error, 1000001, 'retryable: ') FROM vq.outbox WHERE id = $R1")" \
     "last_error of the row whose destination returned RETRYABLE"
-assert_eq "ok" "$(q "SELECT ec_check(last_error, 1000001, 'retryable: ') FROM vq.outbox WHERE id = $R2")" \
+check_eq "ok" "$(q "SELECT ec_check(last_error, 1000001, 'retryable: ') FROM vq.outbox WHERE id = $R2")" \
     "last_error of the row whose destination raised"
 
 log "4. an interceptor's 1 MB error"
 I="$(q "SELECT vq_enqueue('ec_ok', '{}', job_id => 'icpt')")"
 wait_state "$I" COMPLETED 10
-assert_eq "ok" \
+check_eq "ok" \
     "$(q "SELECT ec_check(message, 1000001, 'interceptor \"ec_icpt\" (on_dispatch) failed: ')
             FROM vq.job_log WHERE execution_id = '$I' AND level = 'ERROR'")" \
     "the interceptor's ERROR line in the job's log"
+fail_summary
 log "PASS"
