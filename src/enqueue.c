@@ -801,7 +801,7 @@ Datum
 VqEnqueueResolved(const char *handler_name, const char *queue_name, int32 priority, int32 max_attempts,
 				  TimestampTz scheduled_at, Datum payload, bool payload_null, Jsonb *metadata, Oid enqueued_by)
 {
-	JobSpec		spec;
+	JobSpec		spec = {0};
 
 	if (!vq_valid_name(handler_name, strlen(handler_name)))
 		ereport(ERROR,
