@@ -9,6 +9,13 @@ CREATE SCHEMA vq;
 COMMENT ON SCHEMA vq IS 'vq_job: queues, handlers, jobs, history, logs and outbox';
 GRANT USAGE ON SCHEMA vq TO PUBLIC;
 
+-- Every function that writes starts with this: on a hot standby (or in a read-only
+-- transaction) it fails with SQLSTATE 25006 and a message and hint in vq_job's words, naming
+-- the function, instead of PostgreSQL's error about the first INSERT.
+CREATE FUNCTION vq.require_writable(what text) RETURNS void
+    LANGUAGE c VOLATILE PARALLEL SAFE AS 'MODULE_PATHNAME', 'vq_require_writable';
+REVOKE ALL ON FUNCTION vq.require_writable(text) FROM PUBLIC;
+
 -- States a job row can be in. A future job is ENQUEUED with a future scheduled_at.
 CREATE TYPE vq.job_state AS ENUM ('ENQUEUED', 'RUNNING', 'COMPLETED', 'DEAD_LETTER', 'CANCELLED');
 
@@ -210,18 +217,20 @@ CREATE INDEX outbox_published_idx ON vq.outbox (published_at) WHERE status = 'PU
 CREATE INDEX outbox_failed_idx ON vq.outbox (updated_at) WHERE status = 'FAILED';
 
 -- Roles allowed to consume (pull, read and reply to) the jobs of a NOTIFY handler, besides
--- members of each job's enqueuing role.
+-- members of each job's enqueuing role. A grant belongs to the registration: unregistering
+-- the handler deletes it, so a handler registered later under the name starts with none.
 CREATE TABLE vq.consumer_grant (
-    handler     text NOT NULL,
+    handler     text NOT NULL REFERENCES vq.handler (name) ON DELETE CASCADE,
     grantee     regrole NOT NULL,
     granted_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
     PRIMARY KEY (handler, grantee)
 );
 
 -- Roles allowed to enqueue (and publish) jobs of a NOTIFY handler: there is no function
--- whose EXECUTE says so, and its consumer runs whatever the payload asks.
+-- whose EXECUTE says so, and its consumer runs whatever the payload asks. Deleted with the
+-- handler, as consumer grants are.
 CREATE TABLE vq.producer_grant (
-    handler     text NOT NULL,
+    handler     text NOT NULL REFERENCES vq.handler (name) ON DELETE CASCADE,
     grantee     regrole NOT NULL,
     granted_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
     PRIMARY KEY (handler, grantee)
@@ -555,6 +564,7 @@ AS $$
 DECLARE
     q vq.queue;
 BEGIN
+    PERFORM vq.require_writable('vq_create_queue');
     PERFORM vq.raise_violations(
         vq.queue_violations(name, sleep_delay_ms, max_concurrent_jobs, backoff_strategy,
                             backoff_base_delay_ms, backoff_max_delay_ms, instances),
@@ -595,6 +605,7 @@ AS $$
 DECLARE
     q vq.queue;
 BEGIN
+    PERFORM vq.require_writable('vq_alter_queue');
     PERFORM vq.raise_violations(
         vq.queue_violations(name, sleep_delay_ms, max_concurrent_jobs, backoff_strategy,
                             backoff_base_delay_ms, backoff_max_delay_ms, instances),
@@ -624,6 +635,7 @@ AS $$
 DECLARE
     n bigint;
 BEGIN
+    PERFORM vq.require_writable('vq_drop_queue');
     IF name OPERATOR(pg_catalog.=) 'default' THEN
         RAISE EXCEPTION USING ERRCODE = 'VQ103', MESSAGE = 'queue "default" cannot be dropped';
     END IF;
@@ -660,6 +672,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    PERFORM vq.require_writable('vq_pause_queue');
     UPDATE vq.queue x SET paused = true, updated_at = now() WHERE x.name OPERATOR(pg_catalog.=) vq_pause_queue.name;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'VQ004', MESSAGE = format('queue "%s" does not exist', name);
@@ -672,6 +685,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    PERFORM vq.require_writable('vq_resume_queue');
     UPDATE vq.queue x SET paused = false, updated_at = now() WHERE x.name OPERATOR(pg_catalog.=) vq_resume_queue.name;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'VQ004', MESSAGE = format('queue "%s" does not exist', name);
@@ -716,6 +730,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    PERFORM vq.require_writable('vq_set_contract_override');
     PERFORM vq.raise_violations(vq.override_violations(handler, queue, max_attempts),
                                 'VQ101', 'invalid contract override');
     INSERT INTO vq.contract_override AS o (handler, queue, priority, max_attempts)
@@ -731,6 +746,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    PERFORM vq.require_writable('vq_drop_contract_override');
     DELETE FROM vq.contract_override o WHERE o.handler OPERATOR(pg_catalog.=) vq_drop_contract_override.handler;
     RETURN FOUND;
 END
@@ -755,6 +771,7 @@ DECLARE
     nums bigint[];
     i int;
 BEGIN
+    PERFORM vq.require_writable('vq_configure');
     IF config IS NULL OR jsonb_typeof(config) <> 'object' THEN
         RAISE EXCEPTION USING ERRCODE = 'VQ104', MESSAGE = 'configuration must be a JSON object';
     END IF;
@@ -953,6 +970,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    PERFORM vq.require_writable('vq_register_handler');
     PERFORM vq.raise_violations(vq.handler_violations(name, 'function', fn, NULL, queue, max_attempts,
                                                       NULL, max_running, unique_for),
                                 'VQ102', 'handler registration failed');
@@ -968,6 +986,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    PERFORM vq.require_writable('vq_register_notify_handler');
     PERFORM vq.raise_violations(vq.handler_violations(name, 'notify', NULL, channel, queue, max_attempts,
                                                       NULL, NULL, unique_for),
                                 'VQ102', 'handler registration failed');
@@ -996,6 +1015,7 @@ DECLARE
     ok boolean;
     n int := 0;
 BEGIN
+    PERFORM vq.require_writable('vq_register_handlers');
     IF handlers IS NULL OR jsonb_typeof(handlers) <> 'array' THEN
         RAISE EXCEPTION USING ERRCODE = 'VQ102', MESSAGE = 'handlers must be a JSON array of objects';
     END IF;
@@ -1086,13 +1106,16 @@ $$;
 
 -- Remove a handler. Jobs already enqueued for it stay and still run: each runs the function
 -- (by OID) or is announced on the channel recorded when it was enqueued, whatever is
--- registered since. New enqueues for the name fail until it is registered again. Returns
--- false when no such handler was registered.
+-- registered since. New enqueues for the name fail until it is registered again. Its consumer
+-- and producer grants are deleted with it (foreign keys ON DELETE CASCADE): a handler
+-- registered again under the name, even in the same transaction, has none until they are
+-- given again. Returns false when no such handler was registered.
 CREATE FUNCTION vq_unregister_handler(name text) RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    PERFORM vq.require_writable('vq_unregister_handler');
     DELETE FROM vq.handler h WHERE h.name OPERATOR(pg_catalog.=) vq_unregister_handler.name;
     RETURN FOUND;
 END
@@ -1150,6 +1173,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    PERFORM vq.require_writable('vq_grant_consumer');
     IF NOT EXISTS (SELECT 1 FROM vq.handler h WHERE h.name OPERATOR(pg_catalog.=) vq_grant_consumer.handler
                                                AND h.kind OPERATOR(pg_catalog.=) 'notify') THEN
         RAISE EXCEPTION USING ERRCODE = 'VQ002', MESSAGE = format('"%s" is not a registered NOTIFY handler', handler);
@@ -1166,6 +1190,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    PERFORM vq.require_writable('vq_revoke_consumer');
     DELETE FROM vq.consumer_grant g
      WHERE g.handler OPERATOR(pg_catalog.=) vq_revoke_consumer.handler
        AND g.grantee OPERATOR(pg_catalog.=) vq_revoke_consumer.grantee;
@@ -1179,6 +1204,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    PERFORM vq.require_writable('vq_grant_producer');
     IF NOT EXISTS (SELECT 1 FROM vq.handler h WHERE h.name OPERATOR(pg_catalog.=) vq_grant_producer.handler
                                                AND h.kind OPERATOR(pg_catalog.=) 'notify') THEN
         RAISE EXCEPTION USING ERRCODE = 'VQ002', MESSAGE = format('"%s" is not a registered NOTIFY handler', handler);
@@ -1195,6 +1221,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    PERFORM vq.require_writable('vq_revoke_producer');
     DELETE FROM vq.producer_grant g
      WHERE g.handler OPERATOR(pg_catalog.=) vq_revoke_producer.handler
        AND g.grantee OPERATOR(pg_catalog.=) vq_revoke_producer.grantee;
@@ -1208,6 +1235,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    PERFORM vq.require_writable('vq_grant_queue');
     IF NOT EXISTS (SELECT 1 FROM vq.queue q WHERE q.name OPERATOR(pg_catalog.=) vq_grant_queue.queue) THEN
         RAISE EXCEPTION USING ERRCODE = 'VQ004', MESSAGE = format('queue "%s" does not exist', queue);
     END IF;
@@ -1223,6 +1251,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    PERFORM vq.require_writable('vq_revoke_queue');
     DELETE FROM vq.queue_grant g
      WHERE g.queue OPERATOR(pg_catalog.=) vq_revoke_queue.queue
        AND g.grantee OPERATOR(pg_catalog.=) vq_revoke_queue.grantee;
@@ -1256,6 +1285,7 @@ AS $$
 DECLARE
     p record;
 BEGIN
+    PERFORM vq.require_writable('vq_register_destination');
     IF fn IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'VQ105', MESSAGE = 'destination function must not be null';
     END IF;
@@ -1284,6 +1314,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    PERFORM vq.require_writable('vq_unregister_destination');
     DELETE FROM vq.destination d WHERE d.type OPERATOR(pg_catalog.=) vq_unregister_destination.type;
     RETURN FOUND;
 END
@@ -1297,6 +1328,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    PERFORM vq.require_writable('vq_register_interceptor');
     IF name IS NULL OR name !~ '^[a-zA-Z0-9._-]{1,128}$' THEN
         RAISE EXCEPTION USING ERRCODE = 'VQ106',
             MESSAGE = format('interceptor name %s: must match ^[a-zA-Z0-9._-]{1,128}$', coalesce('"' || name || '"', 'NULL'));
@@ -1325,6 +1357,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    PERFORM vq.require_writable('vq_unregister_interceptor');
     DELETE FROM vq.interceptor i WHERE i.name OPERATOR(pg_catalog.=) vq_unregister_interceptor.name;
     RETURN FOUND;
 END
@@ -1340,6 +1373,7 @@ AS $$
 DECLARE
     bad text;
 BEGIN
+    PERFORM vq.require_writable('vq_register_transition_listener');
     IF name IS NULL OR name !~ '^[a-zA-Z0-9._-]{1,128}$' THEN
         RAISE EXCEPTION USING ERRCODE = 'VQ106',
             MESSAGE = format('transition listener name %s: must match ^[a-zA-Z0-9._-]{1,128}$',
@@ -1376,6 +1410,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    PERFORM vq.require_writable('vq_unregister_transition_listener');
     DELETE FROM vq.transition_listener l WHERE l.name OPERATOR(pg_catalog.=) vq_unregister_transition_listener.name;
     RETURN FOUND;
 END
@@ -1437,6 +1472,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    PERFORM vq.require_writable('vq_redrive');
     IF handler OPERATOR(pg_catalog.~*) '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
        AND NOT EXISTS (SELECT FROM vq.handler h WHERE h.name OPERATOR(pg_catalog.=) vq_redrive.handler) THEN
         RAISE EXCEPTION USING ERRCODE = 'VQ008',
@@ -1459,7 +1495,9 @@ AS $$
 DECLARE
     id uuid;
     n integer := 0;
+    violated text;
 BEGIN
+    PERFORM vq.require_writable('vq_redrive');
     FOREACH id IN ARRAY coalesce(ids, '{}') LOOP
         BEGIN
             -- moved back to vq.job_active (DELETE + INSERT, as the workers move jobs)
@@ -1482,7 +1520,11 @@ BEGIN
                 n := n + 1;
             END IF;
         EXCEPTION WHEN unique_violation THEN
-            NULL;   -- an unfinished job holds its job_id now: leave this one dead-lettered
+            GET STACKED DIAGNOSTICS violated = CONSTRAINT_NAME;
+            IF violated IS DISTINCT FROM 'job_active_job_id_key' THEN
+                RAISE;      -- not the case below: never swallowed
+            END IF;
+            -- an unfinished job of its role holds its job_id now: leave this one dead-lettered
         END;
     END LOOP;
     IF n > 0 THEN
@@ -1516,30 +1558,95 @@ $$;
 
 REVOKE ALL ON FUNCTION vq_redrive(uuid), vq_redrive(text, text, timestamptz), vq.redrive(uuid[]) FROM PUBLIC;
 
+-- Raise VQ201 when to_role holds an unfinished job with the job_id of one of from_role's
+-- (vq_reassign_jobs would give it two), naming how many ids and some of them; or, with
+-- must_raise, 40001 when none collides any more (a concurrent change got in the way).
+CREATE FUNCTION vq.raise_job_id_conflict(from_role regrole, to_role regrole, must_raise boolean) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    n bigint;
+    ids text[];
+BEGIN
+    SELECT count(*), (array_agg(pg_catalog.quote_literal(f.job_id) ORDER BY f.job_id COLLATE "C"))[1:10] INTO n, ids
+      FROM vq.job_active f
+      JOIN vq.job_active t ON t.job_id OPERATOR(pg_catalog.=) f.job_id
+                          AND t.enqueued_by OPERATOR(pg_catalog.=) to_role
+     WHERE f.enqueued_by OPERATOR(pg_catalog.=) from_role;
+    IF n > 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'VQ201',
+            MESSAGE = format('vq_reassign_jobs: %s job_id(s) of role %s are also held by unfinished jobs of role %s',
+                             n, from_role, to_role),
+            DETAIL = format('job_id %s%s', array_to_string(ids, ', '), CASE WHEN n > 10 THEN ', ...' ELSE '' END),
+            HINT = 'Nothing was reassigned: a role holds each job_id once among its unfinished jobs. Cancel '
+                   'one job of each pair (vq_cancel), or let it finish, then call vq_reassign_jobs again.';
+    END IF;
+    IF must_raise THEN
+        RAISE EXCEPTION USING ERRCODE = 'serialization_failure',
+            MESSAGE = format('vq_reassign_jobs: jobs or job_id windows of role %s changed meanwhile', to_role),
+            HINT = 'Nothing was reassigned; call vq_reassign_jobs again.';
+    END IF;
+END
+$$;
+
 -- Hand a role's unfinished jobs and undelivered outbox rows to another role (before DROP ROLE,
 -- which is refused while a role has any in the database). They then run (are delivered) as the
--- new role, which needs EXECUTE on their handler functions like any enqueuer. Returns how many
--- jobs and rows changed hands. Not granted to PUBLIC.
+-- new role, which needs EXECUTE on their handler functions like any enqueuer. All or nothing,
+-- like REASSIGN OWNED: if to_role holds an unfinished job with the job_id of one of
+-- from_role's, nothing changes hands (VQ201). The job_id windows (unique_for) of the jobs that
+-- move go with them; where to_role has a window of its own for the id that has not ended, that
+-- one stays and from_role's is dropped. Returns how many jobs and rows changed hands. Not
+-- granted to PUBLIC.
 CREATE FUNCTION vq_reassign_jobs(from_role regrole, to_role regrole) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    n bigint;
+    moved uuid[];
     m bigint;
+    violated text;
 BEGIN
+    PERFORM vq.require_writable('vq_reassign_jobs');
     IF from_role IS NULL OR to_role IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'VQ008', MESSAGE = 'vq_reassign_jobs: both roles are required';
     END IF;
-    UPDATE vq.job_active j SET enqueued_by = to_role WHERE j.enqueued_by OPERATOR(pg_catalog.=) from_role;
-    GET DIAGNOSTICS n = ROW_COUNT;
+    IF from_role OPERATOR(pg_catalog.=) to_role THEN
+        RETURN 0;
+    END IF;
+    PERFORM vq.raise_job_id_conflict(from_role, to_role, false);
+    BEGIN
+        WITH j AS (UPDATE vq.job_active j SET enqueued_by = to_role
+                    WHERE j.enqueued_by OPERATOR(pg_catalog.=) from_role RETURNING j.execution_id)
+        SELECT coalesce(array_agg(j.execution_id), '{}') INTO moved FROM j;
+        -- the windows of the moved jobs: to_role's own live window for an id wins
+        DELETE FROM vq.job_id_window t
+         WHERE t.enqueued_by OPERATOR(pg_catalog.=) to_role::oid AND t.until OPERATOR(pg_catalog.<=) now()
+           AND t.job_id IN (SELECT f.job_id FROM vq.job_id_window f
+                             WHERE f.enqueued_by OPERATOR(pg_catalog.=) from_role::oid
+                               AND f.execution_id OPERATOR(pg_catalog.=) ANY (moved));
+        UPDATE vq.job_id_window f SET enqueued_by = to_role::oid
+         WHERE f.enqueued_by OPERATOR(pg_catalog.=) from_role::oid AND f.execution_id OPERATOR(pg_catalog.=) ANY (moved)
+           AND NOT EXISTS (SELECT FROM vq.job_id_window t WHERE t.enqueued_by OPERATOR(pg_catalog.=) to_role::oid
+                                                          AND t.job_id OPERATOR(pg_catalog.=) f.job_id);
+        DELETE FROM vq.job_id_window f
+         WHERE f.enqueued_by OPERATOR(pg_catalog.=) from_role::oid AND f.execution_id OPERATOR(pg_catalog.=) ANY (moved);
+    EXCEPTION WHEN unique_violation THEN
+        -- to_role enqueued one of the ids (or took a window for one) since the check above
+        GET STACKED DIAGNOSTICS violated = CONSTRAINT_NAME;
+        IF violated IS DISTINCT FROM 'job_active_job_id_key' AND violated IS DISTINCT FROM 'job_id_window_pkey' THEN
+            RAISE;
+        END IF;
+        PERFORM vq.raise_job_id_conflict(from_role, to_role, true);
+    END;
     UPDATE vq.outbox o SET published_by = to_role, updated_at = pg_catalog.clock_timestamp()
      WHERE o.published_by OPERATOR(pg_catalog.=) from_role AND o.status OPERATOR(pg_catalog.=) 'PENDING';
     GET DIAGNOSTICS m = ROW_COUNT;
-    RETURN n + m;
+    RETURN cardinality(moved) + m;
 END
 $$;
-REVOKE ALL ON FUNCTION vq_reassign_jobs(regrole, regrole) FROM PUBLIC;
+REVOKE ALL ON FUNCTION vq_reassign_jobs(regrole, regrole), vq.raise_job_id_conflict(regrole, regrole, boolean)
+    FROM PUBLIC;
 
 ------------------------------------------------------------------------------
 -- Inside a handler (C): structured logs, progress, cooperative cancellation.
@@ -1592,8 +1699,10 @@ SELECT q.name AS queue,
        count(j.*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'COMPLETED') AS completed,
        count(j.*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'DEAD_LETTER') AS dead_letter,
        count(j.*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'CANCELLED') AS cancelled,
+       -- (finite times only: the API refuses infinite ones, and one written directly must not break the view)
        pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.min(j.scheduled_at) FILTER (
-           WHERE j.state OPERATOR(pg_catalog.=) 'ENQUEUED' AND j.scheduled_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS oldest_due_age,
+           WHERE j.state OPERATOR(pg_catalog.=) 'ENQUEUED' AND j.scheduled_at OPERATOR(pg_catalog.<=) pg_catalog.now()
+             AND pg_catalog.isfinite(j.scheduled_at)) AS oldest_due_age,
        count(j.*) FILTER (WHERE j.finished_at OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 minute')
                           AND j.state OPERATOR(pg_catalog.=) 'COMPLETED') AS completed_last_minute
   FROM vq.queue q

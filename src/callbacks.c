@@ -35,6 +35,7 @@
 #include "registry.h"
 #include "roles.h"
 #include "spi_util.h"
+#include "vq_job.h"
 
 /* The owner of a function, or InvalidOid when it was dropped. */
 static Oid
@@ -126,7 +127,7 @@ VqReportCallbackFailure(const char *what, pg_uuid_t *execution_id, int32 attempt
 	static SPIPlanPtr plan = NULL;
 	VqRegistry *registry = VqRegistryGet();
 	VqSavedUser saved;
-	char	   *message = psprintf("%s failed: %s", what, error);
+	char	   *message = VqCapText(psprintf("%s failed: %s", what, error));
 	Datum		values[3];
 
 	ereport(WARNING,

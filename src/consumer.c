@@ -8,8 +8,9 @@
  * consumer catches up with vq_pull(), which claims due jobs of its handler,
  * and reads a payload too large for the notification with vq_job_payload().
  *
- * Who may act on a job: members of the role that enqueued it, and members of
- * a role granted with vq_grant_consumer() for its handler. Anyone else gets
+ * Who may act on a job: members of the role that enqueued it, and, for a
+ * NOTIFY handler's job, members of a role granted with vq_grant_consumer()
+ * for its handler (grants go with the handler's registration). Anyone else gets
  * the same answer as for a job that does not exist, so ids cannot be probed.
  * These functions write as the extension owner after that check.
  */
@@ -48,6 +49,18 @@ PG_FUNCTION_INFO_V1(vq_job_payload);
 
 static SPIPlanPtr job_plan = NULL;
 static SPIPlanPtr grant_plan = NULL;
+
+/*
+ * May the role in parameter n act on job j: a member of its enqueuing role,
+ * or, for a NOTIFY handler's job only, of a role granted for its handler (a
+ * function handler's job is nobody's to consume, whatever the grants of a
+ * NOTIFY handler once registered under its name).
+ */
+#define MAY_CONSUME(n) \
+	" (pg_catalog.pg_has_role(" n ", j.enqueued_by, 'USAGE')" \
+	"  OR (j.handler_function IS NULL AND EXISTS (SELECT FROM vq.consumer_grant g" \
+	"      WHERE g.handler OPERATOR(pg_catalog.=) j.handler" \
+	"      AND pg_catalog.pg_has_role(" n ", g.grantee, 'USAGE'))))"
 
 /* Is the caller a consumer granted for this handler? */
 static bool
@@ -96,12 +109,9 @@ LoadJobForConsumer(pg_uuid_t *id, Oid caller, char **state, bool *external, bool
 		if (SPI_execute_plan(VqKeepPlan(&job_plan,
 								  "SELECT execution_id, job_id, handler, handler_address, queue, attempt_number,"
 								  " max_attempts, enqueued_by, state::pg_catalog.text, worker_pid IS NULL,"
-								  " priority, scheduled_at, cancel_requested, metadata"
+								  " priority, scheduled_at, cancel_requested, metadata, handler_function IS NULL"
 								  " FROM vq.job j WHERE j.execution_id OPERATOR(pg_catalog.=) $1"
-								  " AND (pg_catalog.pg_has_role($2, j.enqueued_by, 'USAGE')"
-								  "      OR EXISTS (SELECT FROM vq.consumer_grant g"
-								  "                 WHERE g.handler OPERATOR(pg_catalog.=) j.handler"
-								  "                 AND pg_catalog.pg_has_role($2, g.grantee, 'USAGE')))"
+								  " AND" MAY_CONSUME("$2")
 								  " FOR UPDATE OF j",
 								  2, (Oid[]) {UUIDOID, OIDOID}),
 							 args, NULL, false, 1) != SPI_OK_SELECT)
@@ -130,7 +140,8 @@ LoadJobForConsumer(pg_uuid_t *id, Oid caller, char **state, bool *external, bool
 	job->metadata = DatumGetJsonbPCopy(SPI_getbinval(tup, desc, 14, &isnull));
 	job->running = true;
 
-	if (!has_privs_of_role(caller, job->enqueued_by) && !GrantedConsumer(caller, job->handler))
+	if (!has_privs_of_role(caller, job->enqueued_by) &&
+		!(DatumGetBool(SPI_getbinval(tup, desc, 15, &isnull)) && GrantedConsumer(caller, job->handler)))
 		return NULL;
 	return job;
 }
@@ -210,6 +221,7 @@ Reply(FunctionCallInfo fcinfo, const char *error, int attempt_arg)
 Datum
 vq_complete(PG_FUNCTION_ARGS)
 {
+	VqRequireWritable("vq_complete");
 	PG_RETURN_BOOL(Reply(fcinfo, NULL, 1));
 }
 
@@ -217,8 +229,11 @@ vq_complete(PG_FUNCTION_ARGS)
 Datum
 vq_fail(PG_FUNCTION_ARGS)
 {
-	const char *error = PG_ARGISNULL(1) ? "failed (no error text given)" : text_to_cstring(PG_GETARG_TEXT_PP(1));
+	const char *error;
 
+	VqRequireWritable("vq_fail");
+	/* (cut as it will be stored, so that interceptors see what the job records) */
+	error = PG_ARGISNULL(1) ? "failed (no error text given)" : VqCapText(text_to_cstring(PG_GETARG_TEXT_PP(1)));
 	PG_RETURN_BOOL(Reply(fcinfo, error, 2));
 }
 
@@ -265,7 +280,7 @@ TakeWaitingJobs(VqHandler *handler, int32 max_jobs, Oid caller, bool granted, co
 							  "  SELECT execution_id FROM vq.job_active"
 							  "  WHERE handler OPERATOR(pg_catalog.=) $1 AND" VQ_WAITING_FOR_CONSUMER
 							  "  AND " VQ_PULL_KEY " OPERATOR(pg_catalog.>) ROW($5, $6, $7)"
-							  "  AND ($4 OR pg_catalog.pg_has_role($3, enqueued_by, 'USAGE'))"
+							  "  AND (($4 AND handler_function IS NULL) OR pg_catalog.pg_has_role($3, enqueued_by, 'USAGE'))"
 							  "  ORDER BY OPERATOR(pg_catalog.-) (priority::pg_catalog.int8), scheduled_at, execution_id"
 							  "  LIMIT $2 FOR UPDATE SKIP LOCKED))"
 							  " RETURNING j.execution_id, j.job_id, j.handler, j.attempt_number, j.payload,"
@@ -434,6 +449,7 @@ vq_pull(PG_FUNCTION_ARGS)
 	VqPullKey	from;
 	uint64		taken;
 
+	VqRequireWritable("vq_pull");
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
 				(errcode(ERRCODE_VQ_INVALID_HANDLER_NAME),
@@ -501,6 +517,7 @@ vq_take(PG_FUNCTION_ARGS)
 	Datum		values[4];
 	char		nulls[4] = {' ', ' ', ' ', ' '};
 
+	VqRequireWritable("vq_take");
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
 				(errcode(ERRCODE_VQ_INVALID_ARGUMENT),
@@ -525,10 +542,7 @@ vq_take(PG_FUNCTION_ARGS)
 							  " AND j.worker_pid IS NULL AND j.consumer_claimed_at IS NULL"
 							  " AND ($2 IS NULL OR j.attempt_number OPERATOR(pg_catalog.=) $2)"
 							  " AND ($4::pg_catalog.text IS NULL OR j.handler OPERATOR(pg_catalog.=) $4)"
-							  " AND (pg_catalog.pg_has_role($3, j.enqueued_by, 'USAGE')"
-							  "      OR EXISTS (SELECT FROM vq.consumer_grant g"
-							  "                 WHERE g.handler OPERATOR(pg_catalog.=) j.handler"
-							  "                 AND pg_catalog.pg_has_role($3, g.grantee, 'USAGE')))"
+							  " AND" MAY_CONSUME("$3")
 							  " RETURNING j.execution_id, j.job_id, j.handler, j.attempt_number, j.payload,"
 							  "  j.metadata, j.scheduled_at, j.cancel_requested, j.priority",
 							  4, (Oid[]) {UUIDOID, INT4OID, OIDOID, TEXTOID}),
@@ -549,7 +563,7 @@ vq_take(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
-/* vq_job_payload(execution_id): the payload of a job the caller may consume, else NULL. */
+/* vq_job_payload(execution_id): the payload of a job the caller may consume (MAY_CONSUME), else NULL. */
 Datum
 vq_job_payload(PG_FUNCTION_ARGS)
 {
@@ -566,7 +580,7 @@ vq_job_payload(PG_FUNCTION_ARGS)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "vq_job: SPI_connect failed");
 	if (SPI_execute_plan(VqKeepPlan(&payload_plan,
-							  "SELECT payload, enqueued_by, handler FROM vq.job"
+							  "SELECT payload, enqueued_by, handler, handler_function IS NULL FROM vq.job"
 							  " WHERE execution_id OPERATOR(pg_catalog.=) $1",
 							  1, (Oid[]) {UUIDOID}),
 						 &arg, NULL, true, 1) != SPI_OK_SELECT)
@@ -578,8 +592,10 @@ vq_job_payload(PG_FUNCTION_ARGS)
 		bool		n;
 		Oid			owner = DatumGetObjectId(SPI_getbinval(tup, desc, 2, &n));
 		char	   *handler = SPI_getvalue(tup, desc, 3);
+		bool		notify_job = DatumGetBool(SPI_getbinval(tup, desc, 4, &n));
 
-		if (has_privs_of_role(caller, owner) || GrantedConsumer(caller, handler))
+		/* (a consumer grant covers NOTIFY handlers' jobs only, as in MAY_CONSUME) */
+		if (has_privs_of_role(caller, owner) || (notify_job && GrantedConsumer(caller, handler)))
 		{
 			Datum		d = SPI_getbinval(tup, desc, 1, &isnull);
 

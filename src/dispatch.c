@@ -438,7 +438,8 @@ ClassifyError(ErrorData *edata, bool dropped, VqOutcome *outcome)
 	{
 		outcome->kind = VQ_OUTCOME_FAILED;
 		outcome->permanent = dropped;	/* no retry can bring the authorised function back */
-		outcome->error = pstrdup(edata->message ? edata->message : "handler failed");
+		/* (cut as it will be stored: interceptors and logs see what the job records) */
+		outcome->error = pstrdup(VqCapText(edata->message ? edata->message : "handler failed"));
 	}
 }
 

@@ -12,6 +12,10 @@
  * concurrent duplicate wait for the first inserter and then return its
  * execution_id.
  *
+ * A job is due at run_at, or from the call when run_at is NULL; a role
+ * without a grant on the job's queue cannot make it due before the call
+ * (VqDueAt), and no time may be infinite.
+ *
  * When the transaction commits, the database's workers are woken (due jobs)
  * or told the earliest future due time (wakeup.c): nothing happens on
  * rollback and nothing before the commit is visible.
@@ -68,7 +72,8 @@ typedef struct JobSpec
 	int32		priority;
 	int32		max_attempts;
 	TimestampTz scheduled_at;
-	TimestampTz now;
+	TimestampTz now;			/* the transaction's start: created_at */
+	TimestampTz called_at;		/* the call: the earliest a job is due without a queue grant */
 	Jsonb	   *metadata;
 	Oid			enqueued_by;
 } JobSpec;
@@ -313,7 +318,9 @@ ResolveSpec(FunctionCallInfo fcinfo, JobSpec *spec)
 	spec->metadata = VqMergeBoundContext(metadata);
 	VqCheckSize(JsonbPGetDatum(spec->metadata), vq_max_metadata_bytes, "metadata", "vq.max_metadata_bytes");
 	spec->now = GetCurrentTransactionStartTimestamp();
-	spec->scheduled_at = spec->now;
+	/* due from the call, not from the transaction's start (see VqDueAt) */
+	spec->called_at = GetCurrentTimestamp();
+	spec->scheduled_at = spec->called_at;
 }
 
 /* Is role a superuser, or a member of one of the granted roles? */
@@ -335,6 +342,23 @@ bool
 VqMayProduce(VqHandler *handler, Oid role)
 {
 	return Granted(handler->producers, role);
+}
+
+/*
+ * When a job asked to run at run_at is due: then, except that for a role
+ * without a grant on its queue (vq_grant_queue) a time before called_at (the
+ * enqueue's or the publish's clock) counts as called_at. A past run_at would
+ * place the job ahead of the jobs already due at its priority, as a higher
+ * priority would; at called_at it comes after every one of them (each is due
+ * at or before the moment it is looked at). Only a past run_at costs the
+ * grant lookup.
+ */
+TimestampTz
+VqDueAt(VqQueue *queue, Oid role, TimestampTz run_at, TimestampTz called_at)
+{
+	if (run_at >= called_at || Granted(queue->granted, role))
+		return run_at;
+	return called_at;
 }
 
 /*
@@ -440,6 +464,8 @@ InsertOne(const JobSpec *spec, Datum payload, bool payload_null, text *job_id, I
 		VqCheckSize(payload, vq_max_payload_bytes, "payload", "vq.max_payload_bytes");
 	if (window == NULL && job_id != NULL)
 		window = spec->handler->unique_for; /* the handler's window, when the call gives none */
+	if (window != NULL)
+		(void) VqAddInterval(spec->now, window, "unique_for");	/* (its end: now() + window) */
 	NewUuid(execution_id);
 	memset(nulls, ' ', sizeof(nulls));
 	BindCommon(spec, values, nulls);
@@ -538,11 +564,14 @@ vq_enqueue(PG_FUNCTION_ARGS)
 	JobSpec		spec;
 	text	   *job_id = PG_ARGISNULL(ARG_JOB_ID) ? NULL : PG_GETARG_TEXT_PP(ARG_JOB_ID);
 
+	VqRequireWritable("vq_enqueue");
 	if (job_id)
 		CheckJobId(job_id);
+	if (!PG_ARGISNULL(ARG_WHEN))
+		VqCheckFiniteTime(PG_GETARG_TIMESTAMPTZ(ARG_WHEN), "run_at");
 	ResolveSpec(fcinfo, &spec);
 	if (!PG_ARGISNULL(ARG_WHEN))
-		spec.scheduled_at = PG_GETARG_TIMESTAMPTZ(ARG_WHEN);
+		spec.scheduled_at = VqDueAt(spec.queue, spec.enqueued_by, PG_GETARG_TIMESTAMPTZ(ARG_WHEN), spec.called_at);
 	return InsertOne(&spec, PG_GETARG_DATUM(ARG_PAYLOAD), PG_ARGISNULL(ARG_PAYLOAD), job_id,
 					 UniqueFor(fcinfo, job_id));
 }
@@ -554,14 +583,14 @@ vq_enqueue_in(PG_FUNCTION_ARGS)
 	JobSpec		spec;
 	text	   *job_id = PG_ARGISNULL(ARG_JOB_ID) ? NULL : PG_GETARG_TEXT_PP(ARG_JOB_ID);
 
+	VqRequireWritable("vq_enqueue_in");
 	if (job_id)
 		CheckJobId(job_id);
 	ResolveSpec(fcinfo, &spec);
-	spec.scheduled_at = GetCurrentTimestamp();
 	if (!PG_ARGISNULL(ARG_WHEN))
-		spec.scheduled_at = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-																	TimestampTzGetDatum(spec.scheduled_at),
-																	PG_GETARG_DATUM(ARG_WHEN)));
+		spec.scheduled_at = VqDueAt(spec.queue, spec.enqueued_by,
+								  VqAddInterval(spec.called_at, PG_GETARG_INTERVAL_P(ARG_WHEN), "delay"),
+								  spec.called_at);
 	return InsertOne(&spec, PG_GETARG_DATUM(ARG_PAYLOAD), PG_ARGISNULL(ARG_PAYLOAD), job_id,
 					 UniqueFor(fcinfo, job_id));
 }
@@ -672,6 +701,7 @@ vq_enqueue_many(PG_FUNCTION_ARGS)
 	VqSavedUser saved;
 	ErrorContextCallback errcb;
 
+	VqRequireWritable("vq_enqueue_many");
 	if (PG_ARGISNULL(ARG_PAYLOAD))
 		ereport(ERROR,
 				(errcode(ERRCODE_VQ_INVALID_ARGUMENT),
@@ -696,9 +726,11 @@ vq_enqueue_many(PG_FUNCTION_ARGS)
 			if (!key_nulls[i])
 				CheckJobId(DatumGetTextPP(keys[i]));
 	}
+	if (!PG_ARGISNULL(ARG_WHEN))
+		VqCheckFiniteTime(PG_GETARG_TIMESTAMPTZ(ARG_WHEN), "run_at");
 	ResolveSpec(fcinfo, &spec);
 	if (!PG_ARGISNULL(ARG_WHEN))
-		spec.scheduled_at = PG_GETARG_TIMESTAMPTZ(ARG_WHEN);
+		spec.scheduled_at = VqDueAt(spec.queue, spec.enqueued_by, PG_GETARG_TIMESTAMPTZ(ARG_WHEN), spec.called_at);
 	CheckPayloadSizes(payloads);
 
 	ids = palloc(sizeof(Datum) * Max(n, 1));
@@ -761,14 +793,15 @@ vq_enqueue_many(PG_FUNCTION_ARGS)
 /*
  * Enqueue one job whose settings are already resolved (the outbox relay: its
  * snapshot is never re-resolved), as enqueued_by, with metadata stored as
- * given. Validates like vq_enqueue: an invalid job raises a VQ0xx / 42501 /
- * 42883 error. Returns the execution_id.
+ * given, due at scheduled_at (the publish applied VqDueAt to a row's time).
+ * Validates like vq_enqueue: an invalid job raises a VQ0xx / 42501 / 42883
+ * error. Returns the execution_id.
  */
 Datum
 VqEnqueueResolved(const char *handler_name, const char *queue_name, int32 priority, int32 max_attempts,
 				  TimestampTz scheduled_at, Datum payload, bool payload_null, Jsonb *metadata, Oid enqueued_by)
 {
-	JobSpec		spec;
+	JobSpec		spec = {0};
 
 	if (!vq_valid_name(handler_name, strlen(handler_name)))
 		ereport(ERROR,
@@ -797,13 +830,16 @@ VqEnqueueResolved(const char *handler_name, const char *queue_name, int32 priori
 	VqCheckEnqueuePrivilege(spec.handler, enqueued_by);
 	spec.metadata = metadata ? metadata : VqMergeBoundContext(NULL);
 	spec.now = GetCurrentTransactionStartTimestamp();
+	VqCheckFiniteTime(scheduled_at, "scheduled_at");	/* (a row written directly may hold anything) */
 	spec.scheduled_at = scheduled_at;
 	return InsertOne(&spec, payload, payload_null, NULL, NULL);
 }
 
 /*
  * Insert n jobs, each with its own settings already resolved and validated by
- * the caller (the outbox relay, set-based). Generated ids; errors propagate.
+ * the caller (the outbox relay, set-based), each due at its time (an infinite
+ * one is an error here: the caller then goes one by one, and the one row
+ * fails). Generated ids; errors propagate.
  */
 void
 VqEnqueueManyResolved(VqRegistry *registry, int n, VqHandler **handler_of, Datum *queues,
@@ -827,6 +863,7 @@ VqEnqueueManyResolved(VqRegistry *registry, int n, VqHandler **handler_of, Datum
 
 	for (int i = 0; i < n; i++)
 	{
+		VqCheckFiniteTime(DatumGetTimestampTz(scheduled[i]), "scheduled_at");
 		NewUuid(&uuids[i]);
 		ids[i] = UUIDPGetDatum(&uuids[i]);
 		handlers[i] = handler_of[i]->name_datum;

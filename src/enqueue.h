@@ -17,6 +17,9 @@ extern void VqCheckEnqueuePrivilege(VqHandler *handler, Oid role);
 /* May role enqueue jobs of this NOTIFY handler (a superuser, or a member of a producer grantee)? */
 extern bool VqMayProduce(VqHandler *handler, Oid role);
 
+/* When a job asked to run at run_at is due: not before called_at without a grant on its queue. */
+extern TimestampTz VqDueAt(VqQueue *queue, Oid role, TimestampTz run_at, TimestampTz called_at);
+
 /* Enqueue one job with settings already resolved (the outbox relay); returns its execution_id. */
 extern Datum VqEnqueueResolved(const char *handler_name, const char *queue_name, int32 priority,
 							   int32 max_attempts, TimestampTz scheduled_at, Datum payload,

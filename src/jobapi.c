@@ -217,10 +217,8 @@ CappedMessage(text *message, Jsonb **fields)
 		*fields = NULL;
 	else
 		limit -= field_bytes;
-	limit = Max(limit - 80, 16);	/* room for the note */
-	appendBinaryStringInfo(&buf, msg, len > limit ? pg_mbcliplen(msg, len, limit) : len);
-	if (len > limit)
-		appendStringInfo(&buf, " [cut: %d bytes in all]", len);
+	/* (room for the note on dropped fields; the cut's own note is within the limit) */
+	appendStringInfoString(&buf, VqCapTextTo(msg, Max(limit - 40, 16)));
 	if (*fields == NULL && field_bytes > 0)
 		appendStringInfo(&buf, " [fields dropped: %d bytes]", field_bytes);
 	return buf.data;
@@ -447,6 +445,7 @@ vq_cancel(PG_FUNCTION_ARGS)
 	char	   *owner;
 	char	   *state = NULL;
 
+	VqRequireWritable("vq_cancel");
 	VqBecomeOwner(registry->owner, &saved);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "vq_job: SPI_connect failed");

@@ -7,7 +7,9 @@
  * priority and max_attempts are stored as the snapshot
  * metadata.delivery.delayedJob, which the relay never re-resolves; the durable
  * context bound now is stored as metadata.context; headers are stored
- * untouched and never reach the job. scheduled_at NULL means "at commit".
+ * untouched and never reach the job. scheduled_at NULL means "at commit"; a
+ * past one of a DELAYED_JOB row is kept only for a publisher with a grant on
+ * the job's queue (see InsertRow).
  */
 #include "postgres.h"
 
@@ -32,10 +34,17 @@ PG_FUNCTION_INFO_V1(vq_outbox_publish_to);
 
 static SPIPlanPtr insert_plan = NULL;
 
-/* Insert one outbox row as the extension owner; returns its id and wakes the relay at commit. */
+/*
+ * Insert one outbox row as the extension owner; returns its id and wakes the
+ * relay at commit. target: the handler of a DELAYED_JOB row (else NULL),
+ * whose job will be due at the row's scheduled_at: a past one is stored as
+ * the time of this call unless the caller has a grant on its queue
+ * (VqDueAt, as for vq_enqueue's run_at), so the row shows when its job will
+ * be due and the relay enqueues it with run_at = scheduled_at.
+ */
 static int64
 InsertRow(VqRegistry *registry, const char *type, const char *destination, FunctionCallInfo fcinfo,
-		  int payload_arg, int scheduled_arg, int headers_arg, Jsonb *metadata)
+		  int payload_arg, int scheduled_arg, int headers_arg, Jsonb *metadata, VqHandler *target)
 {
 	Datum		values[7];
 	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
@@ -43,6 +52,7 @@ InsertRow(VqRegistry *registry, const char *type, const char *destination, Funct
 	bool		isnull;
 	int64		id;
 	Jsonb	   *headers = NULL;
+	TimestampTz scheduled_at = PG_ARGISNULL(scheduled_arg) ? 0 : PG_GETARG_TIMESTAMPTZ(scheduled_arg);
 
 	if (!PG_ARGISNULL(headers_arg))
 	{
@@ -53,6 +63,12 @@ InsertRow(VqRegistry *registry, const char *type, const char *destination, Funct
 					 errmsg("headers must be a JSON object")));
 	}
 
+	if (!PG_ARGISNULL(scheduled_arg))
+	{
+		VqCheckFiniteTime(scheduled_at, "scheduled_at");
+		if (target != NULL)
+			scheduled_at = VqDueAt(target->queue, GetUserId(), scheduled_at, GetCurrentTimestamp());
+	}
 	if (!PG_ARGISNULL(payload_arg))
 		VqCheckSize(PG_GETARG_DATUM(payload_arg), vq_max_payload_bytes, "payload", "vq.max_payload_bytes");
 	if (headers != NULL)
@@ -65,7 +81,7 @@ InsertRow(VqRegistry *registry, const char *type, const char *destination, Funct
 	nulls[2] = PG_ARGISNULL(payload_arg) ? 'n' : ' ';
 	values[3] = headers ? JsonbPGetDatum(headers) : DirectFunctionCall1(jsonb_in, CStringGetDatum("{}"));
 	values[4] = JsonbPGetDatum(metadata);
-	values[5] = PG_ARGISNULL(scheduled_arg) ? (Datum) 0 : PG_GETARG_DATUM(scheduled_arg);
+	values[5] = TimestampTzGetDatum(scheduled_at);
 	nulls[5] = PG_ARGISNULL(scheduled_arg) ? 'n' : ' ';
 	values[6] = ObjectIdGetDatum(GetUserId());
 
@@ -90,8 +106,7 @@ InsertRow(VqRegistry *registry, const char *type, const char *destination, Funct
 	VqRestoreUser(&saved);
 
 	/* the relay runs in the executors: wake them at commit (or at the row's time) */
-	VqWakeRelayAtCommit(id, !PG_ARGISNULL(scheduled_arg),
-						PG_ARGISNULL(scheduled_arg) ? 0 : PG_GETARG_TIMESTAMPTZ(scheduled_arg));
+	VqWakeRelayAtCommit(id, !PG_ARGISNULL(scheduled_arg), scheduled_at);
 	return id;
 }
 
@@ -111,7 +126,7 @@ ContextMetadata(void)
 
 /* The metadata of a DELAYED_JOB row: the delivery snapshot of the target and the bound context. */
 static Jsonb *
-DelayedJobMetadata(VqRegistry *registry, const char *target)
+DelayedJobMetadata(VqRegistry *registry, const char *target, VqHandler **target_handler)
 {
 	VqHandler  *handler;
 	StringInfoData buf;
@@ -127,6 +142,7 @@ DelayedJobMetadata(VqRegistry *registry, const char *target)
 		VqReportUnregisteredHandler(registry, target);
 	/* the job will run as the publishing role */
 	VqCheckEnqueuePrivilege(handler, GetUserId());
+	*target_handler = handler;
 
 	initStringInfo(&buf);
 	appendStringInfoString(&buf, "{\"delivery\": {\"delayedJob\": {\"queue\": ");
@@ -142,16 +158,20 @@ DelayedJobMetadata(VqRegistry *registry, const char *target)
 Datum
 vq_outbox_publish(PG_FUNCTION_ARGS)
 {
-	VqRegistry *registry = VqRegistryGet();
+	VqRegistry *registry;
 	char	   *target;
+	VqHandler  *handler;
+	Jsonb	   *metadata;
 
+	VqRequireWritable("vq_outbox_publish");
+	registry = VqRegistryGet();
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
 				(errcode(ERRCODE_VQ_INVALID_HANDLER_NAME),
 				 errmsg("target must not be null")));
 	target = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	PG_RETURN_INT64(InsertRow(registry, "DELAYED_JOB", target, fcinfo, 1, 2, 3,
-							  DelayedJobMetadata(registry, target)));
+	metadata = DelayedJobMetadata(registry, target, &handler);
+	PG_RETURN_INT64(InsertRow(registry, "DELAYED_JOB", target, fcinfo, 1, 2, 3, metadata, handler));
 }
 
 /*
@@ -162,11 +182,14 @@ vq_outbox_publish(PG_FUNCTION_ARGS)
 Datum
 vq_outbox_publish_to(PG_FUNCTION_ARGS)
 {
-	VqRegistry *registry = VqRegistryGet();
+	VqRegistry *registry;
 	char	   *type;
 	char	   *destination;
 	Jsonb	   *metadata;
+	VqHandler  *handler = NULL;
 
+	VqRequireWritable("vq_outbox_publish_to");
+	registry = VqRegistryGet();
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
 		ereport(ERROR,
 				(errcode(ERRCODE_VQ_INVALID_DESTINATION),
@@ -175,7 +198,7 @@ vq_outbox_publish_to(PG_FUNCTION_ARGS)
 	destination = text_to_cstring(PG_GETARG_TEXT_PP(1));
 
 	if (strcmp(type, "DELAYED_JOB") == 0)
-		metadata = DelayedJobMetadata(registry, destination);
+		metadata = DelayedJobMetadata(registry, destination, &handler);
 	else
 	{
 		if (strcmp(type, "NOTIFY") == 0)
@@ -192,5 +215,5 @@ vq_outbox_publish_to(PG_FUNCTION_ARGS)
 					 errhint("Use DELAYED_JOB, NOTIFY, or a type registered with vq_register_destination().")));
 		metadata = ContextMetadata();
 	}
-	PG_RETURN_INT64(InsertRow(registry, type, destination, fcinfo, 2, 3, 4, metadata));
+	PG_RETURN_INT64(InsertRow(registry, type, destination, fcinfo, 2, 3, 4, metadata, handler));
 }

@@ -24,6 +24,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
+#include "utils/uuid.h"
 
 #include "backoff.h"
 #include "enqueue.h"
@@ -99,7 +100,7 @@ PersistOneEnded(VqJob *job, VqOutcome *o, const char *state, TimestampTz now)
 	if (o->started_at == 0)
 		nulls[6] = 'n';
 	values[7] = CStringGetTextDatum(state);
-	values[8] = o->error ? CStringGetTextDatum(o->error) : (Datum) 0;
+	values[8] = o->error ? CStringGetTextDatum(VqCapText(o->error)) : (Datum) 0;
 	nulls[8] = o->error ? ' ' : 'n';
 
 	Write(VqKeepPlan(&ended_one_plan,
@@ -194,6 +195,27 @@ VqPersistCompleted(List *jobs, List *outcomes, TimestampTz now)
 }
 
 /*
+ * vq.log_failures: one LOG line (server log only) for an attempt that failed
+ * or was abandoned, saying what comes of it: retried (at retry_at; 0: at
+ * once, in its place in line) or dead-lettered. error is the text as stored.
+ */
+static void
+LogFailure(VqJob *job, VqOutcome *outcome, bool retry, TimestampTz retry_at, const char *error)
+{
+	char	   *role = GetUserNameFromId(job->enqueued_by, true);
+	char	   *fate = !retry ? "dead-lettered" : retry_at == 0 ? "retried at once"
+		: psprintf("retry at %s", timestamptz_to_str(retry_at));
+
+	ereport(LOG_SERVER_ONLY,
+			(errmsg("vq_job: job %s attempt %d of handler \"%s\" (queue \"%s\", role %s) %s, %s: %s",
+					DatumGetCString(DirectFunctionCall1(uuid_out, UUIDPGetDatum(&job->execution_id))),
+					job->attempt_number, job->handler ? job->handler : "?", job->queue,
+					role ? quote_identifier(role) : psprintf("%u", job->enqueued_by),
+					outcome->kind == VQ_OUTCOME_ABANDONED ? "abandoned" : "failed",
+					fate, error)));
+}
+
+/*
  * Record a failure, an abandonment or an interruption: re-enqueue when an
  * attempt remains, else dead-letter; one transition (FAILED, ABANDONED or
  * INTERRUPTED) either way. An interrupted job (cut by an orderly stop) is
@@ -233,7 +255,7 @@ VqPersistFailure(VqJob *job, VqOutcome *outcome, VqQueue *queue, TimestampTz now
 	values[2] = Int32GetDatum(retry && !interrupted ? job->attempt_number + 1 : job->attempt_number);
 	values[3] = TimestampTzGetDatum(next_at);
 	nulls[3] = keeps_place ? 'n' : ' ';
-	values[4] = CStringGetTextDatum(outcome->error ? outcome->error : "unknown error");
+	values[4] = CStringGetTextDatum(VqCapText(outcome->error ? outcome->error : "unknown error"));
 	values[5] = TimestampTzGetDatum(now);
 	nulls[5] = retry ? 'n' : ' ';	/* finished_at */
 	values[6] = TimestampTzGetDatum(now);
@@ -276,6 +298,8 @@ VqPersistFailure(VqJob *job, VqOutcome *outcome, VqQueue *queue, TimestampTz now
 	/* the retry is a due time the executors must not sleep past */
 	if (written > 0 && retry)
 		VqJobsEnqueuedAtCommit(job->queue, job->priority, keeps_place ? job->scheduled_at : next_at, true);
+	if (written > 0 && vq_log_failures && !interrupted)
+		LogFailure(job, outcome, retry, keeps_place ? 0 : next_at, TextDatumGetCString(values[4]));
 	return written > 0;
 }
 
@@ -359,7 +383,7 @@ typedef struct RunningJob
 /* What the rescue reads of a RUNNING job (RunningJob), before the conditions. */
 #define RESCUE_CANDIDATES \
 	"SELECT execution_id, attempt_number, max_attempts, queue, worker_pid," \
-	" worker_started_at, updated_at, priority, scheduled_at, worker_timeline" \
+	" worker_started_at, updated_at, priority, scheduled_at, worker_timeline, handler, enqueued_by" \
 	" FROM vq.job_active WHERE state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state"
 
 /* Append the rows of a rescue candidates query to jobs. */
@@ -387,6 +411,8 @@ CopyRescueCandidates(List *jobs)
 		r->worker_timeline = DatumGetInt32(SPI_getbinval(tup, desc, 10, &isnull));
 		if (isnull)
 			r->worker_timeline = 0;
+		r->job.handler = SPI_getvalue(tup, desc, 11);	/* (for vq.log_failures) */
+		r->job.enqueued_by = DatumGetObjectId(SPI_getbinval(tup, desc, 12, &isnull));
 		jobs = lappend(jobs, r);
 	}
 	return jobs;

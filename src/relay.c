@@ -375,7 +375,7 @@ RecordUndelivered(OutboxRow *row, RelayResult result, const char *message, Times
 	const char *kind = result == RELAY_UNRESOLVABLE ? "unresolvable: " : result == RELAY_PERMANENT ? "permanent: " : "retryable: ";
 
 	values[0] = Int64GetDatum(row->id);
-	values[1] = CStringGetTextDatum(psprintf("%s%s", kind, message ? message : "(no message)"));
+	values[1] = CStringGetTextDatum(VqCapText(psprintf("%s%s", kind, message ? message : "(no message)")));
 	values[2] = TimestampTzGetDatum(now);
 	if (result == RELAY_PERMANENT)
 	{
@@ -593,7 +593,7 @@ DeliverDelayedJobsTogether(VqRegistry *registry, List *rows, Datum *published, i
 	{
 		/* not expected after the checks: fall back to one row at a time, which records each row's error */
 		ereport(LOG, (errmsg("vq_job: relaying %d outbox rows together failed (%s); relaying them one by one",
-							 jobs.n, edata->message)));
+							 jobs.n, VqCapText(edata->message))));
 		FreeErrorData(edata);
 		return list_concat(together, rest);
 	}

@@ -7,9 +7,14 @@
 
 #include "fmgr.h"
 #include "access/detoast.h"
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "postmaster/postmaster.h"
+#include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/timestamp.h"
 
 #include "compat.h"
 #include "context.h"
@@ -20,6 +25,8 @@
 #include "vq_job.h"
 
 PG_MODULE_MAGIC;
+
+PG_FUNCTION_INFO_V1(vq_require_writable);
 
 int			vq_execution_timeout_ms = 300000;
 int			vq_notify_take_timeout_ms = 5000;
@@ -42,6 +49,7 @@ int			vq_retention_dead_letter_s = -1;
 int			vq_retention_outbox_failed_s = 604800;
 bool		vq_worker_synchronous_commit = true;
 bool		vq_serve_database = true;
+bool		vq_log_failures = false;
 
 void		_PG_init(void);
 
@@ -148,6 +156,11 @@ DefineSettings(void)
 							 "handlers' writes, which were undone with them; nothing is lost or applied twice.",
 							 &vq_worker_synchronous_commit, true,
 							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomBoolVariable("vq.log_failures",
+							 "Whether each failed, abandoned or dead-lettered job attempt is logged (LOG) in the server log.",
+							 "One line per attempt: execution id, attempt, handler, queue, role and the error (cut at vq.log_max_line_bytes).",
+							 &vq_log_failures, false,
+							 PGC_SUSET, 0, NULL, NULL, NULL);
 	DefineCustomBoolVariable("vq.serve_database",
 							 "Whether vq_job's executors serve a database (set it with ALTER DATABASE ... SET).",
 							 "Off: the database's executors exit within a second and none start while it stays off.",
@@ -189,4 +202,95 @@ VqCheckSize(Datum jsonb, int limit, const char *what, const char *setting)
 				(errcode(ERRCODE_VQ_TOO_LARGE),
 				 errmsg("%s is too large: %zu bytes, at most %d", what, size, limit),
 				 errhint("Store large data in a table and pass its key, or raise %s.", setting)));
+}
+
+/* Error (VQ008) unless t is a finite timestamp: no worker can wait for an infinite time. */
+void
+VqCheckFiniteTime(TimestampTz t, const char *what)
+{
+	if (TIMESTAMP_NOT_FINITE(t))
+		ereport(ERROR,
+				(errcode(ERRCODE_VQ_INVALID_ARGUMENT),
+				 errmsg("%s must be a finite time, got %s", what, TIMESTAMP_IS_NOBEGIN(t) ? "-infinity" : "infinity")));
+}
+
+/*
+ * t + span, refusing (VQ008) a span that may leave the timestamp range.
+ * Months are counted as 28 to 31 days and a day as 24 hours give or take one,
+ * so the bounds are checked before the exact sum, which would otherwise raise
+ * datetime's own "timestamp out of range" (22008).
+ */
+TimestampTz
+VqAddInterval(TimestampTz t, const Interval *span, const char *what)
+{
+	double		days_hi = (double) span->month * (span->month > 0 ? 31 : 28) + span->day + 1;
+	double		days_lo = (double) span->month * (span->month > 0 ? 28 : 31) + span->day - 1;
+	double		hi = (double) t + days_hi * USECS_PER_DAY + (double) span->time;
+	double		lo = (double) t + days_lo * USECS_PER_DAY + (double) span->time;
+
+	if (hi >= (double) END_TIMESTAMP || lo < (double) MIN_TIMESTAMP)
+		ereport(ERROR,
+				(errcode(ERRCODE_VQ_INVALID_ARGUMENT),
+				 errmsg("%s %s is out of range", what,
+						DatumGetCString(DirectFunctionCall1(interval_out, PointerGetDatum(span)))),
+				 errdetail("The time it gives must lie between 4713 BC and 294276 AD.")));
+	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(t),
+												   PointerGetDatum(span)));
+}
+
+/*
+ * text within limit bytes: a longer one is cut at a character boundary and
+ * ends with " [cut: N bytes in all]" (the mark vq_log lines get), so that
+ * the whole stays within limit. Returns text itself when it fits (or is NULL).
+ */
+char *
+VqCapTextTo(const char *text, int limit)
+{
+	int			len = text ? strlen(text) : 0;
+	char		note[64];
+	int			keep;
+
+	if (len <= limit)
+		return unconstify(char *, text);
+	snprintf(note, sizeof(note), " [cut: %d bytes in all]", len);
+	keep = pg_mbcliplen(text, len, Max(limit - (int) strlen(note), 16));
+	return psprintf("%.*s%s", keep, text, note);
+}
+
+/* An error text as stored (last_error, transitions, logs): within vq.log_max_line_bytes. */
+char *
+VqCapText(const char *text)
+{
+	return VqCapTextTo(text, vq_log_max_line_bytes);
+}
+
+/*
+ * Error unless the current transaction can write: on a hot standby, or in a
+ * read-only transaction, PostgreSQL's own error would only name the INSERT
+ * that failed. Keeps 25006 (read_only_sql_transaction), which drivers and
+ * poolers know. Costs one test of a flag while the transaction can write.
+ */
+void
+VqRequireWritable(const char *what)
+{
+	if (!XactReadOnly)
+		return;
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("%s cannot run on a hot standby", what),
+				 errdetail("This server is a standby in recovery: vq_job's jobs, outbox and configuration are written on the primary only."),
+				 errhint("Connect to the primary server (with libpq, target_session_attrs=read-write finds it).")));
+	ereport(ERROR,
+			(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+			 errmsg("%s cannot run in a read-only transaction", what),
+			 errhint("Call it in a read-write transaction (START TRANSACTION READ WRITE; see default_transaction_read_only).")));
+}
+
+/* vq.require_writable(what text): VqRequireWritable for the install script's functions. */
+Datum
+vq_require_writable(PG_FUNCTION_ARGS)
+{
+	VqRequireWritable(PG_ARGISNULL(0) ? "this vq_job function" : text_to_cstring(PG_GETARG_TEXT_PP(0)));
+	PG_RETURN_VOID();
 }

@@ -6,6 +6,8 @@
 
 #include "postgres.h"
 
+#include "datatype/timestamp.h"
+
 /* Handler and queue names: ^[a-zA-Z0-9._-]{1,128}$ */
 #define VQ_NAME_MAX 128
 /* A caller-supplied job_id is 1 to this many bytes. */
@@ -18,7 +20,8 @@
 
 /*
  * SQLSTATEs. Class VQ0xx: enqueue validation; VQ1xx: configuration (queues,
- * handlers, contract overrides). Persistence errors keep PostgreSQL's own codes
+ * handlers, contract overrides); VQ2xx: an operation refused because of the
+ * jobs it would touch (raised by the install script). Persistence errors keep PostgreSQL's own codes
  * (40001, 40P01, 55P03, 08xxx), which clients already treat as retryable.
  */
 #define ERRCODE_VQ_INVALID_HANDLER_NAME     MAKE_SQLSTATE('V','Q','0','0','1')
@@ -34,6 +37,7 @@
 #define ERRCODE_VQ_REPLY_IGNORED            MAKE_SQLSTATE('V','Q','0','1','1')
 #define ERRCODE_VQ_TOO_LARGE                MAKE_SQLSTATE('V','Q','0','1','2')
 #define ERRCODE_VQ_INVALID_DESTINATION      MAKE_SQLSTATE('V','Q','1','0','5')
+#define ERRCODE_VQ_JOB_ID_CONFLICT          MAKE_SQLSTATE('V','Q','2','0','1')
 
 /* GUCs (vq_job.c). */
 extern int	vq_execution_timeout_ms;
@@ -57,11 +61,27 @@ extern int	vq_retention_dead_letter_s;
 extern int	vq_retention_outbox_failed_s;
 extern bool vq_worker_synchronous_commit;
 extern bool vq_serve_database;
+extern bool vq_log_failures;
 
 /* True when name matches ^[a-zA-Z0-9._-]{1,128}$. */
 extern bool vq_valid_name(const char *name, int len);
 
 /* Error (VQ012) when a jsonb argument is larger than limit bytes (what names it). */
 extern void VqCheckSize(Datum jsonb, int limit, const char *what, const char *setting);
+
+/* Error (VQ008) unless t is a finite timestamp (what names the argument). */
+extern void VqCheckFiniteTime(TimestampTz t, const char *what);
+
+/* t + span; error (VQ008, naming what) when that may leave the timestamp range. */
+extern TimestampTz VqAddInterval(TimestampTz t, const Interval *span, const char *what);
+
+/* An error text as stored (last_error, transitions, logs): within vq.log_max_line_bytes. */
+extern char *VqCapText(const char *text);
+
+/* text within limit bytes: cut at a character boundary and marked when it is longer. */
+extern char *VqCapTextTo(const char *text, int limit);
+
+/* Error (25006, in vq's words) when the current transaction cannot write (what: the function). */
+extern void VqRequireWritable(const char *what);
 
 #endif							/* VQ_JOB_H */

@@ -7,7 +7,8 @@
 #      handler runs as that role), the row PUBLISHED with published_at; latency publish
 #      commit -> job row (10 samples, bound 2 s);
 #   2. scheduled_at: a future one (override changed after commit) becomes the job's
-#      scheduled_at and the job does not run before it; a past one is kept as is;
+#      scheduled_at and the job does not run before it; a past one is stored as the time of
+#      the publish (the publisher has no grant on the queue), and the job gets that time;
 #   3. unregistered targets (a superuser INSERT with a snapshot; a publish followed by
 #      vq_unregister_handler in the same transaction) stay PENDING with attempts 0 while the
 #      relay serves other rows, and are relayed after vq_register_handler;
@@ -187,6 +188,8 @@ assert_eq "rel_q2|9|2" "$(q "SELECT queue || '|' || priority || '|' || max_attem
 assert_sql "SELECT count(*) = 2 AND bool_and(j.scheduled_at = o.scheduled_at)
               FROM vq.job j JOIN vq.outbox o ON o.payload = j.payload WHERE o.id IN ($s_id, $p_id)" \
     "job scheduled_at = outbox scheduled_at (future and past)"
+assert_sql "SELECT scheduled_at >= created_at FROM vq.outbox WHERE id = $p_id" \
+    "a past scheduled_at of a publisher without a queue grant: stored as the time of the publish"
 assert_sql "SELECT e.at >= o.scheduled_at FROM rel_effect e JOIN vq.outbox o ON o.payload = e.payload WHERE o.id = $s_id" \
     "the scheduled job did not run before its scheduled_at"
 late_ms="$(q "SELECT round(extract(epoch FROM j.created_at - o.scheduled_at) * 1000) FROM vq.job j JOIN vq.outbox o ON o.payload = j.payload WHERE o.id = $s_id")"

@@ -55,7 +55,7 @@ one_executor
 # due_behind_the_back: a job made due by an UPDATE (no wake-up); prints the ms until it started.
 due_behind_the_back() {
     local id at
-    id="$(q "SELECT vq_enqueue('sr_noop', '{}', 'infinity')")"
+    id="$(q "SELECT vq_enqueue('sr_noop', '{}', '2999-01-01')")"
     at="$(q "UPDATE vq.job_active SET scheduled_at = now() WHERE execution_id = '$id' RETURNING clock_timestamp()")"
     wait_state "$id" COMPLETED 10
     q "SELECT round(extract(epoch FROM started_at - '$at'::timestamptz) * 1000) FROM vq.job WHERE execution_id = '$id'"
@@ -68,7 +68,7 @@ due_after_work() {
     id="$(qs <<'SQL' | tail -n 1
 BEGIN;
 SELECT vq_enqueue('sr_noop', '{}') IS NOT NULL;
-SELECT vq_enqueue('sr_noop', '{}', 'infinity') AS xid \gset
+SELECT vq_enqueue('sr_noop', '{}', '2999-01-01') AS xid \gset
 UPDATE vq.job_active SET scheduled_at = now() + interval '150 ms' WHERE execution_id = :'xid'
 RETURNING execution_id;
 COMMIT;
@@ -149,8 +149,8 @@ exec {RR}>"$TMPD/rr.in"
 printf "BEGIN ISOLATION LEVEL REPEATABLE READ;\nSELECT 'snapshot-taken';\n" >&"$RR"
 for _ in $(seq 1 250); do grep -q '^snapshot-taken$' "$TMPD/rr.out" && break; sleep 0.02; done
 grep -q '^snapshot-taken$' "$TMPD/rr.out" || fail "the REPEATABLE READ session did not start: $(cat "$TMPD/rr.out")"
-q "SELECT vq_enqueue('sr_noop', '{}', 'infinity', job_id => 'rr-key')" >/dev/null
-printf "SELECT vq_enqueue('sr_noop', '{}', 'infinity', job_id => 'rr-key');\nROLLBACK;\n" >&"$RR"
+q "SELECT vq_enqueue('sr_noop', '{}', '2999-01-01', job_id => 'rr-key')" >/dev/null
+printf "SELECT vq_enqueue('sr_noop', '{}', '2999-01-01', job_id => 'rr-key');\nROLLBACK;\n" >&"$RR"
 exec {RR}>&-
 wait "$RR_PID" || true
 grep -q 'ERROR:  40001:' "$TMPD/rr.out" || fail "expected a serialization failure (40001), got: $(cat "$TMPD/rr.out")"

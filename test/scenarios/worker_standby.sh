@@ -5,8 +5,11 @@
 #    - on the standby, pg_stat_activity shows the 'vq_job launcher' and no 'vq_job executor'
 #      for 3 s, while the primary's executors run jobs (due and 1-2 s in the future);
 #    - those jobs ran once, on the primary: the standby has the same single effect row per
-#      job (written by the primary) and no error from vq_job in its log; vq_enqueue on the
-#      standby fails with SQLSTATE 25006 (read-only transaction);
+#      job (written by the primary) and no error from vq_job in its log; on the standby, every
+#      vq function a client calls that writes (enqueue, publish, cancel, consumer calls and
+#      replies, configuration, registration, grants, redrive, reassign) fails with SQLSTATE
+#      25006 (read_only_sql_transaction), "<function> cannot run on a hot standby" and a hint
+#      to connect to the primary;
 #    - promotion: jobs enqueued on the primary in a queue paused before the base backup are
 #      replicated (the primary never runs them); the standby is promoted, the queue is
 #      resumed there; its executors appear and run every job once, within a bound; the
@@ -165,15 +168,69 @@ live_check="SELECT count(*) || ' jobs COMPLETED, ' ||
 want="3 jobs COMPLETED, 3 effects, 3 by the primary, 3 distinct"
 assert_eq "$want" "$(q "$live_check")" "jobs run by the primary, seen on the primary"
 assert_eq "$want" "$(sb q "$live_check")" "jobs run by the primary, seen on the standby"
-# the standby is read-only: enqueue fails cleanly (read_only_sql_transaction); nothing runs there
-err="$(sb psql -XAtq -v ON_ERROR_STOP=1 -v VERBOSITY=verbose -c "SELECT vq_enqueue('effect', '{}')" 2>&1)" &&
-    fail "vq_enqueue on the standby succeeded: $err"
-[[ "$err" == *"25006"* ]] || fail "vq_enqueue on the standby: expected SQLSTATE 25006 (read-only transaction), got: $err"
 assert_eq 0 "$(sb q "SELECT count(*) FROM vq.running_jobs")" "vq.running_jobs on the standby"
 if grep -E 'vq_job' "$SB_LOG" | grep -Eq 'ERROR|FATAL|PANIC'; then
     grep -E 'vq_job' "$SB_LOG" | grep -E 'ERROR|FATAL|PANIC' | head -n 5 >&2
     fail "the standby's log has vq_job errors"
 fi
+# the standby is read-only: every vq function a client calls that writes fails cleanly, with
+# SQLSTATE 25006 (read_only_sql_transaction) and vq's own message and hint
+standby_calls=(
+    "vq_enqueue|SELECT vq_enqueue('effect', '{}')"
+    "vq_enqueue_in|SELECT vq_enqueue_in('effect', '{}', '1 minute')"
+    "vq_enqueue_many|SELECT vq_enqueue_many('effect', ARRAY['{}'::jsonb])"
+    "vq_outbox_publish|SELECT vq_outbox_publish('effect', '{}')"
+    "vq_outbox_publish_to|SELECT vq_outbox_publish_to('NOTIFY', 'sb_channel', '{}')"
+    "vq_cancel|SELECT vq_cancel(gen_random_uuid())"
+    "vq_take|SELECT * FROM vq_take(gen_random_uuid())"
+    "vq_pull|SELECT * FROM vq_pull('effect')"
+    "vq_complete|SELECT vq_complete(gen_random_uuid())"
+    "vq_fail|SELECT vq_fail(gen_random_uuid(), 'x')"
+    "vq_register_handler|SELECT vq_register_handler('sb_x', 'h_effect(jsonb, vq.job_context)')"
+    "vq_register_notify_handler|SELECT vq_register_notify_handler('sb_x', 'sb_channel')"
+    "vq_register_handlers|SELECT vq_register_handlers('[]')"
+    "vq_unregister_handler|SELECT vq_unregister_handler('effect')"
+    "vq_create_queue|SELECT vq_create_queue('sb_x')"
+    "vq_alter_queue|SELECT vq_alter_queue('sb_live', instances => 2)"
+    "vq_drop_queue|SELECT vq_drop_queue('sb_live')"
+    "vq_pause_queue|SELECT vq_pause_queue('sb_live')"
+    "vq_resume_queue|SELECT vq_resume_queue('$HELD_QUEUE')"
+    "vq_set_contract_override|SELECT vq_set_contract_override('effect', max_attempts => 2)"
+    "vq_drop_contract_override|SELECT vq_drop_contract_override('effect')"
+    "vq_configure|SELECT vq_configure('{}')"
+    "vq_grant_consumer|SELECT vq_grant_consumer('effect', 'postgres')"
+    "vq_revoke_consumer|SELECT vq_revoke_consumer('effect', 'postgres')"
+    "vq_grant_producer|SELECT vq_grant_producer('effect', 'postgres')"
+    "vq_revoke_producer|SELECT vq_revoke_producer('effect', 'postgres')"
+    "vq_grant_queue|SELECT vq_grant_queue('sb_live', 'postgres')"
+    "vq_revoke_queue|SELECT vq_revoke_queue('sb_live', 'postgres')"
+    "vq_register_destination|SELECT vq_register_destination('sb.x', 'h_effect(jsonb, vq.job_context)')"
+    "vq_unregister_destination|SELECT vq_unregister_destination('sb.x')"
+    "vq_register_interceptor|SELECT vq_register_interceptor('sb_x', 'h_effect(jsonb, vq.job_context)')"
+    "vq_unregister_interceptor|SELECT vq_unregister_interceptor('sb_x')"
+    "vq_register_transition_listener|SELECT vq_register_transition_listener('sb_x', channel => 'sb_channel')"
+    "vq_unregister_transition_listener|SELECT vq_unregister_transition_listener('sb_x')"
+    "vq_redrive|SELECT vq_redrive(gen_random_uuid())"
+    "vq_redrive|SELECT vq_redrive(handler => 'effect')"
+    "vq_reassign_jobs|SELECT vq_reassign_jobs('postgres', 'postgres')"
+)
+for call in "${standby_calls[@]}"; do
+    fn="${call%%|*}" sql="${call#*|}"
+    err="$(sb psql -XAtq -v ON_ERROR_STOP=1 -v VERBOSITY=verbose -c "$sql" 2>&1)" &&
+        fail "$sql on the standby succeeded: $err"
+    [[ "$err" == *"ERROR:  25006: $fn cannot run on a hot standby"* && "$err" == *"HINT:  Connect to the primary server"* ]] ||
+        fail "$sql on the standby: expected SQLSTATE 25006 with \"$fn cannot run on a hot standby\" and a hint to connect to the primary, got: $err"
+done
+# ... and every VOLATILE SECURITY DEFINER PL/pgSQL function of the install script (the ones
+# that write as the owner; one that only reads is STABLE) calls vq.require_writable
+assert_eq "" "$(sb q "SELECT string_agg(p.oid::regprocedure::text, ', ')
+                      FROM pg_proc p JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid
+                       AND d.deptype = 'e' JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'vq_job'
+                     WHERE p.prosecdef AND p.provolatile = 'v'
+                       AND p.prolang = (SELECT oid FROM pg_language WHERE lanname = 'plpgsql')
+                       AND p.prosrc NOT LIKE '%vq.require_writable(%'")" \
+    "VOLATILE SECURITY DEFINER plpgsql functions that do not call vq.require_writable"
+log "on the standby, ${#standby_calls[@]} writing calls fail with 25006 in vq's words"
 
 # ---- a job RUNNING on the primary at promotion time ---------------------------------------
 log "a 5 s job RUNNING on the primary"

@@ -64,7 +64,7 @@ SELECT vq_enqueue('enq_plain', '{"k": [1, 2]}', NULL, NULL, NULL, NULL, NULL, '{
 SELECT handler, state, attempt_number, handler_address, queue, priority, max_attempts, payload, metadata,
        CASE WHEN job_id = 'delayed-' || execution_id THEN 'delayed-<execution_id>' ELSE job_id END AS job_id,
        enqueued_by = current_user::regrole AS by_current_user,
-       scheduled_at = now() AS due_now, created_at = now() AS created_now, updated_at = now() AS updated_now,
+       scheduled_at BETWEEN now() AND clock_timestamp() AS due_now, created_at = now() AS created_now, updated_at = now() AS updated_now,
        started_at IS NULL AND finished_at IS NULL AND worker_pid IS NULL AND last_error IS NULL
          AND NOT cancel_requested AND progress_total IS NULL AS not_started
   FROM vq.job WHERE execution_id IN (:'id_fn', :'id_fn2', :'id_notify') ORDER BY handler;

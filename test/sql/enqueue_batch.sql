@@ -71,7 +71,7 @@ SELECT bool_and(scheduled_at = '2031-01-02 03:04:05+00') AS run_at_shared,
        bool_and(attempt_number = 0) AS attempt_zero, bool_and(handler_address = 'public.enqb_fn(jsonb)') AS address
   FROM vq.job WHERE execution_id = ANY (:'ids'::uuid[]);
 SELECT vq_enqueue_many('enqb_notify', ARRAY['{}', '{}']::jsonb[]) AS ids \gset
-SELECT bool_and(scheduled_at = now()) AS due_now, bool_and(handler_address = 'notify:enqb_chan') AS address
+SELECT bool_and(scheduled_at BETWEEN now() AND clock_timestamp()) AS due_now, bool_and(handler_address = 'notify:enqb_chan') AS address
   FROM vq.job WHERE execution_id = ANY (:'ids'::uuid[]);
 COMMIT;
 -- A past run_at is accepted.
