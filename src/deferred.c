@@ -176,7 +176,10 @@ RunListeners(HeapTuple row, TupleDesc desc)
 	{
 		bool		isnull;
 		Oid			fn = DatumGetObjectId(SPI_getbinval(listeners->vals[i], listeners->tupdesc, 2, &isnull));
-		char	   *error = VqCallCallback(fn, 2, args);
+		char	   *error;
+
+		CHECK_FOR_INTERRUPTS();
+		error = VqCallCallback(fn, 2, args);
 
 		if (error)
 			VqReportCallbackFailure(psprintf("transition listener \"%s\" (%s)",

@@ -177,6 +177,7 @@ NewColumnText(TriggerData *trigdata, const char *name)
 						SPI_fnumber(trigdata->tg_relation->rd_att, name));
 }
 
+/* The trigger data of this call, which must be a trigger's. */
 static TriggerData *
 CheckTrigger(FunctionCallInfo fcinfo)
 {
