@@ -357,6 +357,35 @@ SELECT NULL::bigint, j.execution_id, j.attempt_number, 'COMPLETED'::text,
                       AND c.kind OPERATOR(pg_catalog.=) 'COMPLETED');
 GRANT SELECT ON vq.job_transition TO PUBLIC;
 
+-- Administrators' callbacks queued for an executor. A transition or a consumer's reply
+-- recorded where no administrator code may run (a client's session: vq_cancel, vq_complete,
+-- vq_fail, vq_redrive, ...; a handler's own code) calls no transition listener or
+-- interceptor there: it queues one row here, in its own transaction, with the names of the
+-- callbacks subscribed to it and what they receive as it was then; an executor calls them
+-- after the commit and deletes the row in the transaction that calls them. Closed to PUBLIC
+-- (the rows carry other roles' jobs).
+CREATE TABLE vq.callback_event (
+    id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    execution_id    uuid NOT NULL,
+    attempt_number  integer NOT NULL,
+    kind            text NOT NULL CONSTRAINT callback_event_kind_known
+                    CHECK (kind IN ('listener', 'on_dispatch', 'on_complete')),
+    callbacks       text[] NOT NULL,    -- listener or interceptor names, in the order they are called
+    transition      vq.job_transition,  -- listener: the transition, and the job row after it
+    job             vq.job,
+    context         vq.job_context,     -- interceptor: what it receives
+    outcome         text,
+    error           text,
+    queued_at       timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    CONSTRAINT callback_event_arguments CHECK (CASE kind
+        WHEN 'listener' THEN (transition).execution_id IS NOT NULL AND (job).execution_id IS NOT NULL
+        ELSE (context).execution_id IS NOT NULL END)
+);
+REVOKE ALL ON vq.callback_event FROM PUBLIC;
+-- queued calls survive pg_dump / restore (with their ids: the sequence too)
+SELECT pg_catalog.pg_extension_config_dump('vq.callback_event', '');
+SELECT pg_catalog.pg_extension_config_dump('vq.callback_event_id_seq', '');
+
 ALTER TABLE vq.job_log ENABLE ROW LEVEL SECURITY;
 CREATE POLICY job_log_visible_to_enqueuer ON vq.job_log FOR SELECT
     USING (EXISTS (SELECT 1 FROM vq.job j

@@ -3,58 +3,65 @@
  * own work: interceptors around every dispatch (here) and transition
  * listeners (listeners.c, which calls them through VqCallCallback).
  *
- * A callback runs as the owner of its function, never with the rights of the
+ * Where they run. A callback runs as the owner of its function (normally a
+ * superuser), so it must never run where a tenant's objects can reach it: a
+ * tenant's temporary table named like a table the callback writes would run
+ * the tenant's trigger with the owner's rights (search_path puts pg_temp
+ * first unless it names it). So a callback runs inline, in the transaction of
+ * what it sees, only in an executor's own code (VqCallbacksRunInline): there
+ * session.c has removed whatever the last job's role left in the session,
+ * temporary objects included, before vq_job records anything. Everywhere else
+ * (a client's session: vq_cancel, vq_complete, vq_fail, vq_redrive,
+ * vq_reassign_jobs, ...; user code inside an executor: a handler or a
+ * destination function that calls those) nothing of the administrator's runs:
+ * the call is queued for an executor (deferred.c), which makes it after the
+ * commit, with the arguments as they were.
+ *
+ * How they run: as the owner of the function, never with the rights of the
  * role whose job it sees, in a security-restricted operation, and in a
  * subtransaction of its own: its error rolls back only its own writes, is
  * logged (a WARNING, and an ERROR line in the job's log) and changes nothing
  * else: the job runs, and its outcome is recorded, as if the callback had
- * not been there.
+ * not been there. The function is looked up through funccache.c, so an ALTER
+ * FUNCTION takes effect at the next call.
  *
  * Interceptors: on_dispatch(vq.job_context) before a function handler is
  * called or a NOTIFY handler's job is announced; on_complete(vq.job_context,
- * outcome, error) when the handler ended or the consumer's reply came, before
- * the outcome is written. They run in (position, name) order, in the
- * transaction that runs (or announces) the job, and outside its execution
- * timeout: keep them short.
+ * outcome, error) when the handler ended, before the outcome is written (or,
+ * for a consumer's reply, queued: after the reply committed). They run in
+ * (position, name) order, outside the job's execution timeout: keep them
+ * short.
  */
 #include "postgres.h"
 
-#include "access/htup_details.h"
 #include "access/xact.h"
-#include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
-#include "utils/resowner.h"
 #include "utils/snapmgr.h"
-#include "utils/syscache.h"
 
 #include "callbacks.h"
+#include "deferred.h"
 #include "dispatch.h"
+#include "executor.h"
+#include "funccache.h"
 #include "registry.h"
 #include "roles.h"
 #include "spi_util.h"
 #include "vq_job.h"
 
-/* The owner of a function, or InvalidOid when it was dropped. */
-static Oid
-FunctionOwner(Oid fn)
+/* Do callbacks run here, inline, in the transaction of what they see? */
+bool
+VqCallbacksRunInline(void)
 {
-	HeapTuple	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
-	Oid			owner;
-
-	if (!HeapTupleIsValid(tup))
-		return InvalidOid;
-	owner = ((Form_pg_proc) GETSTRUCT(tup))->proowner;
-	ReleaseSysCache(tup);
-	return owner;
+	/* an executor's own code: nothing of any job's role is left in its session (session.c) */
+	return VqMyExecutorSlot != NULL && !VqInUserCode();
 }
 
 typedef struct CallbackCall
 {
-	Oid			fn;
-	FmgrInfo   *flinfo;
+	VqFunction *function;
 	int			nargs;
 	Datum	   *args;
 } CallbackCall;
@@ -64,31 +71,21 @@ static void
 CallAsOwner(void *arg)
 {
 	CallbackCall *call = (CallbackCall *) arg;
-	Oid			fn = call->fn;
-	FmgrInfo   *flinfo = call->flinfo;
-	int			nargs = call->nargs;
-	Datum	   *args = call->args;
+	VqFunction *f = call->function;
 	LOCAL_FCINFO(fcinfo, 3);
 	VqSavedUser saved;
-	Oid			owner = FunctionOwner(fn);
 
-	if (!OidIsValid(owner))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_FUNCTION),
-				 errmsg("function %u was dropped", fn)));
-	if (flinfo->fn_oid != fn)
-		fmgr_info_cxt(fn, flinfo, flinfo->fn_mcxt ? flinfo->fn_mcxt : CurrentMemoryContext);
-	InitFunctionCallInfoData(*fcinfo, flinfo, nargs, InvalidOid, NULL, NULL);
-	for (int i = 0; i < nargs; i++)
+	InitFunctionCallInfoData(*fcinfo, &f->flinfo, call->nargs, InvalidOid, NULL, NULL);
+	for (int i = 0; i < call->nargs; i++)
 	{
-		fcinfo->args[i].value = args[i];
-		fcinfo->args[i].isnull = args[i] == (Datum) 0;
+		fcinfo->args[i].value = call->args[i];
+		fcinfo->args[i].isnull = call->args[i] == (Datum) 0;
 	}
-	if (flinfo->fn_strict)
-		for (int i = 0; i < nargs; i++)
+	if (f->flinfo.fn_strict)
+		for (int i = 0; i < call->nargs; i++)
 			if (fcinfo->args[i].isnull)
 				return;
-	VqEnterCallback(owner, &saved);
+	VqEnterCallback(f->owner, &saved);
 	PushActiveSnapshot(GetTransactionSnapshot());
 	(void) FunctionCallInvoke(fcinfo);
 	PopActiveSnapshot();
@@ -97,19 +94,35 @@ CallAsOwner(void *arg)
 
 /*
  * Call fn(args) (a (Datum) 0 argument is NULL) as its owner in a
- * subtransaction. flinfo caches the lookup (its fn_mcxt, when set, is where;
- * fn_oid InvalidOid: not looked up yet). Returns NULL, or the error message
- * (in the caller's memory context) after rolling the callback back.
+ * subtransaction. Returns NULL, or the error message (in the caller's memory
+ * context) after rolling the callback back. A cancel or termination is not
+ * returned: it propagates (VqTryInSubtransaction).
  */
 char *
-VqCallCallback(Oid fn, FmgrInfo *flinfo, int nargs, Datum *args)
+VqCallCallback(Oid fn, int nargs, Datum *args)
 {
-	CallbackCall call = {fn, flinfo, nargs, args};
-	ErrorData  *edata;
+	VqFunction *function;
+	CallbackCall call;
+	ErrorData  *volatile edata = NULL;
 	char	   *error;
 
 	Assert(nargs <= 3);
-	edata = VqTryInSubtransaction(CallAsOwner, &call);
+	/* pinned: the callback's own work may call it again, which must not look it up anew under this call */
+	function = VqFunctionPin(fn);
+	if (function == NULL)
+		return psprintf("function %u was dropped", fn);
+	call.function = function;
+	call.nargs = nargs;
+	call.args = args;
+	PG_TRY();
+	{
+		edata = VqTryInSubtransaction(CallAsOwner, &call);
+	}
+	PG_FINALLY();
+	{
+		VqFunctionUnpin(function);
+	}
+	PG_END_TRY();
 	if (edata == NULL)
 		return NULL;
 	error = pstrdup(edata->message ? edata->message : "unknown error");
@@ -151,8 +164,8 @@ VqReportCallbackFailure(const char *what, pg_uuid_t *execution_id, int32 attempt
 }
 
 /* The outcome's name, as on_complete receives it. */
-static const char *
-OutcomeName(VqOutcomeKind kind)
+const char *
+VqOutcomeName(VqOutcomeKind kind)
 {
 	switch (kind)
 	{
@@ -171,38 +184,54 @@ OutcomeName(VqOutcomeKind kind)
 }
 
 /*
- * Call every interceptor's on_dispatch (complete false) or on_complete
- * (complete true; outcome given) for the job, whose vq.job_context is ctx.
- * The registry is pinned: an interceptor may enqueue, which rebuilds it.
+ * Call one interceptor's on_dispatch (complete false) or on_complete
+ * (complete true, with outcome and error, text or (Datum) 0) for the job
+ * whose vq.job_context is ctx; log its failure.
+ */
+void
+VqCallInterceptor(VqInterceptor *i, bool complete, pg_uuid_t *execution_id, int32 attempt,
+				  Datum ctx, Datum outcome, Datum error)
+{
+	Oid			fn = complete ? i->on_complete : i->on_dispatch;
+	Datum		args[3] = {ctx, outcome, error};
+	char	   *failure;
+
+	if (!OidIsValid(fn))
+		return;
+	failure = VqCallCallback(fn, complete ? 3 : 1, args);
+	if (failure)
+		VqReportCallbackFailure(psprintf("interceptor \"%s\" (%s)", i->name,
+										 complete ? "on_complete" : "on_dispatch"),
+								execution_id, attempt, failure);
+}
+
+/*
+ * Every interceptor's on_dispatch (outcome NULL) or on_complete for the job,
+ * whose vq.job_context is ctx: inline in an executor's own code, queued for
+ * an executor anywhere else. The registry is pinned: an interceptor may
+ * enqueue, which rebuilds it.
  */
 static void
 Intercept(VqJob *job, Datum ctx, VqOutcome *outcome)
 {
-	VqRegistry *registry = VqRegistryPin();
+	VqRegistry *registry;
+	Datum		kind = (Datum) 0;
+	Datum		error = (Datum) 0;
 	ListCell   *lc;
 
-	foreach(lc, registry->interceptors)
+	if (!VqCallbacksRunInline())
 	{
-		VqInterceptor *i = lfirst(lc);
-		Oid			fn = outcome ? i->on_complete : i->on_dispatch;
-		FmgrInfo   *flinfo = outcome ? &i->complete_flinfo : &i->dispatch_flinfo;
-		Datum		args[3] = {ctx, (Datum) 0, (Datum) 0};
-		char	   *error;
-
-		if (!OidIsValid(fn))
-			continue;
-		flinfo->fn_mcxt = registry->mcxt;
-		if (outcome)
-		{
-			args[1] = CStringGetTextDatum(OutcomeName(outcome->kind));
-			args[2] = outcome->error ? CStringGetTextDatum(outcome->error) : (Datum) 0;
-		}
-		error = VqCallCallback(fn, flinfo, outcome ? 3 : 1, args);
-		if (error)
-			VqReportCallbackFailure(psprintf("interceptor \"%s\" (%s)", i->name,
-											 outcome ? "on_complete" : "on_dispatch"),
-									&job->execution_id, job->attempt_number, error);
+		VqDeferInterceptors(job, ctx, outcome);
+		return;
 	}
+	if (outcome)
+	{
+		kind = CStringGetTextDatum(VqOutcomeName(outcome->kind));
+		error = outcome->error ? CStringGetTextDatum(outcome->error) : (Datum) 0;
+	}
+	registry = VqRegistryPin();
+	foreach(lc, registry->interceptors)
+		VqCallInterceptor(lfirst(lc), outcome != NULL, &job->execution_id, job->attempt_number, ctx, kind, error);
 	VqRegistryRelease(registry);
 }
 

@@ -4,7 +4,7 @@
  * A function handler is the function whose OID the job recorded at enqueue
  * (the one whose EXECUTE was checked; dropped since, the job is
  * dead-lettered, never run by a same-named successor), called through the
- * function manager with a cached FmgrInfo, inside its own subtransaction so its writes commit with the job's
+ * function manager with a cached FmgrInfo (funccache.c), inside its own subtransaction so its writes commit with the job's
  * outcome or roll back with its error. It runs:
  *  - as the role that enqueued the job, in a session that is that role's
  *    (roles.c: session_user too; it cannot change role), after re-checking
@@ -63,6 +63,7 @@
 #include "callbacks.h"
 #include "dispatch.h"
 #include "executor.h"
+#include "funccache.h"
 #include "jobapi.h"
 #include "outcome.h"
 #include "roles.h"
@@ -70,24 +71,6 @@
 #include "spi_util.h"
 #include "vq_job.h"
 
-/*
- * A handler function, by the OID its job recorded at enqueue. What fmgr_info
- * read from pg_proc (strictness, SECURITY DEFINER, SET, the language
- * handler) is only valid until the function changes: a pg_proc invalidation
- * moves functions_generation on (see HandlerFunctionsChanged), which makes
- * every entry stale, and the next job resolves it again.
- */
-typedef struct HandlerFunction
-{
-	Oid			fn;				/* hash key */
-	uint64		resolved_at;	/* functions_generation when resolved (0: never) */
-	int			nargs;
-	FmgrInfo	flinfo;
-	MemoryContext mcxt;			/* what fmgr_info allocated for flinfo */
-} HandlerFunction;
-
-static HTAB *functions = NULL;
-static uint64 functions_generation = 1;
 static TimeoutId watch_timeout;
 static TimeoutId hard_timeout;
 static TimeoutId cancel_poll;
@@ -227,27 +210,10 @@ VqHandlerCancelForced(void)
 	return cancel_forced;
 }
 
-/*
- * Syscache callback: a function changed (ALTER FUNCTION, CREATE OR REPLACE,
- * DROP, a new owner). Which one is not worth finding out: every cached
- * handler function becomes stale. No catalog access is allowed here.
- */
-static void
-HandlerFunctionsChanged(Datum arg, int cacheid, uint32 hashvalue)
-{
-	functions_generation++;
-}
-
-/* Set up the function cache, the execution timeout and the cancel signal (once per executor). */
+/* Set up the execution timeout and the cancel signal (once per executor). */
 void
 VqDispatchInit(void)
 {
-	HASHCTL		ctl;
-
-	ctl.keysize = sizeof(Oid);
-	ctl.entrysize = sizeof(HandlerFunction);
-	functions = hash_create("vq_job handler functions", 64, &ctl, HASH_ELEM | HASH_BLOBS);
-	CacheRegisterSyscacheCallback(PROCOID, HandlerFunctionsChanged, (Datum) 0);
 	watch_timeout = RegisterTimeout(USER_TIMEOUT, ExecutionTimeoutReached);
 	hard_timeout = RegisterTimeout(USER_TIMEOUT, HardTimeoutReached);
 	cancel_poll = RegisterTimeout(USER_TIMEOUT, CancelPollReached);
@@ -268,20 +234,17 @@ JobContextType(void)
 }
 
 /*
- * The function a job recorded at enqueue, ready to call. Never another one
- * under the same name: if it was dropped, *dropped is set and an error raised
- * (the job is dead-lettered, see VqRunFunctionHandler).
+ * The function a job recorded at enqueue, ready to call (funccache.c: looked
+ * up again after any change to pg_proc). Never another one under the same
+ * name: if it was dropped, *dropped is set and an error raised (the job is
+ * dead-lettered, see VqRunFunctionHandler).
  */
-static HandlerFunction *
+static VqFunction *
 ResolveFunction(VqJob *job, volatile bool *dropped)
 {
-	HandlerFunction *hf;
-	bool		found;
-	HeapTuple	proctup;
-	uint64		generation;
+	VqFunction *hf = VqFunctionLookup(job->handler_fn);
 
-	proctup = OidIsValid(job->handler_fn) ? SearchSysCache1(PROCOID, ObjectIdGetDatum(job->handler_fn)) : NULL;
-	if (!HeapTupleIsValid(proctup))
+	if (hf == NULL)
 	{
 		*dropped = true;
 		ereport(ERROR,
@@ -289,23 +252,6 @@ ResolveFunction(VqJob *job, volatile bool *dropped)
 				 errmsg("handler function %s (OID %u) was dropped after the job was enqueued; a function created since under the same name is not run in its place",
 						job->address, job->handler_fn)));
 	}
-	hf = hash_search(functions, &job->handler_fn, HASH_ENTER, &found);
-	if (found && hf->resolved_at == functions_generation)
-	{
-		ReleaseSysCache(proctup);
-		return hf;
-	}
-	if (!found)
-		hf->mcxt = AllocSetContextCreate(TopMemoryContext, "vq_job handler function",
-										 ALLOCSET_SMALL_SIZES);
-	MemoryContextReset(hf->mcxt);
-	hf->resolved_at = 0;
-	generation = functions_generation;
-	hf->nargs = ((Form_pg_proc) GETSTRUCT(proctup))->pronargs;
-	ReleaseSysCache(proctup);
-	fmgr_info_cxt(hf->fn, &hf->flinfo, hf->mcxt);
-	/* (an invalidation read while resolving leaves it stale: it is resolved again next time) */
-	hf->resolved_at = generation;
 	return hf;
 }
 
@@ -345,7 +291,7 @@ VqJobContextDatum(VqJob *job)
 
 /* Check, as of now, that the enqueuing role may still run the handler. */
 static void
-CheckRunPrivileges(VqJob *job, HandlerFunction *hf)
+CheckRunPrivileges(VqJob *job, VqFunction *hf)
 {
 	if (vq_proc_aclcheck(hf->fn, job->enqueued_by, ACL_EXECUTE) != ACLCHECK_OK)
 		ereport(ERROR,
@@ -378,7 +324,7 @@ ShowJobIdentity(VqJob *job)
 
 /* Call the handler (inside the subtransaction, as the enqueuing role). */
 static void
-CallHandler(VqJob *job, HandlerFunction *hf)
+CallHandler(VqJob *job, VqFunction *hf)
 {
 	LOCAL_FCINFO(fcinfo, 2);
 
@@ -492,7 +438,7 @@ VqRunFunctionHandler(VqJob *job, VqOutcome *outcome)
 	MemoryContextSwitchTo(caller_context);
 	PG_TRY();
 	{
-		HandlerFunction *hf;
+		VqFunction *hf;
 		VqSavedUser as_user;
 
 		/*

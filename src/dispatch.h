@@ -9,7 +9,7 @@
 #include "job.h"
 #include "registry.h"
 
-/* Set up the handler function cache and the execution timeout (once per executor). */
+/* Set up the execution timeout and the cancel signal (once per executor). */
 extern void VqDispatchInit(void);
 
 /* The vq.job_context value of a job. */

@@ -70,6 +70,7 @@
 #include "claim.h"
 #include "inflight.h"
 #include "consumer.h"
+#include "deferred.h"
 #include "claimpos.h"
 #include "compact.h"
 #include "jobvacuum.h"
@@ -143,6 +144,9 @@ static uint64 extension_generation_seen = 0;
 /* what woke us, and what is due */
 static uint64 last_wake_count = 0;
 static uint64 last_relay_wake_count = 0;
+static uint64 last_callback_wake_count = 0;
+static bool callbacks_due = true;	/* look for queued callbacks (at start: a crash may have left some) */
+static TimestampTz last_callbacks_look = 0;
 static bool just_woke = false;	/* the next cycle is the first after a sleep */
 static bool startup_due_checked = false;
 static TimestampTz relay_next_poll = 0;
@@ -487,6 +491,39 @@ LookAtDueTimes(VqRegistry *registry, TimestampTz now)
 	startup_due_checked = true;
 }
 
+/* ---- callbacks queued for executors --------------------------------------------------- */
+
+/*
+ * Run the administrators' callbacks queued for executors (deferred.c), a
+ * batch per transaction, until none is left, when a commit queued some since
+ * we last looked, at start, or every VQ_CALLBACKS_LOOK_MS (while awake: a
+ * prepared transaction's commit wakes nobody). Here, between jobs, the
+ * session holds nothing of any job's role. Returns whether any ran.
+ */
+static bool
+RunQueuedCallbacks(TimestampTz now)
+{
+	int			n;
+	bool		ran = false;
+
+	if (!callbacks_due && !TimestampDifferenceExceeds(last_callbacks_look, now, VQ_CALLBACKS_LOOK_MS))
+		return false;
+	callbacks_due = false;		/* (a commit that queues more meanwhile sets it again) */
+	last_callbacks_look = now;
+	do
+	{
+		CHECK_FOR_INTERRUPTS();
+		VqBeginTransaction();
+		/* DROP EXTENSION may have committed since Housekeeping looked: then exit as it would */
+		if (VqRegistryGetIfInstalled() == NULL)
+			CheckExtension(now);
+		n = VqRunDeferredCallbacks();
+		VqCommitTransaction();
+		ran |= n > 0;
+	} while (n == VQ_DEFERRED_PER_TRANSACTION && !ShutdownRequestPending);
+	return ran;
+}
+
 /* ---- the relay, the run, the record ----------------------------------------------------- */
 
 /* The outbox relay, when its poll is due; returns whether it delivered rows (commit them first). */
@@ -698,6 +735,7 @@ PollCycle(void)
 	VqJob	   *visible = NULL;
 	InlineBatch batch = {0};
 	int			slow_left = 0;
+	bool		ran_callbacks;
 
 	MemoryContextReset(cycle_context);
 	if (DefaultXactReadOnly)
@@ -708,6 +746,7 @@ PollCycle(void)
 		proc_exit(0);
 	}
 	Housekeeping(now);
+	ran_callbacks = RunQueuedCallbacks(now);
 
 	VqBeginTransaction();
 	/* DROP EXTENSION may have committed since Housekeeping looked: then exit as it would */
@@ -748,7 +787,7 @@ PollCycle(void)
 	}
 	VqSetClaimed(0, true);
 	VqRegistryRelease(registry);
-	return batch.claimed_any;
+	return batch.claimed_any || ran_callbacks;
 }
 
 /* ---- the process ---------------------------------------------------------------------- */
@@ -789,7 +828,8 @@ SleepUntilWork(void)
 	pg_atomic_write_u32(&VqMyExecutorSlot->sleeping, 1);
 	pg_memory_barrier();
 	if (pg_atomic_read_u64(&VqMyDatabaseSlot->wake_count) == last_wake_count &&
-		pg_atomic_read_u64(&VqMyDatabaseSlot->relay_wake_count) == last_relay_wake_count)
+		pg_atomic_read_u64(&VqMyDatabaseSlot->relay_wake_count) == last_relay_wake_count &&
+		pg_atomic_read_u64(&VqMyDatabaseSlot->callback_wake_count) == last_callback_wake_count)
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 SleepMs(), PG_WAIT_EXTENSION);
 	pg_atomic_write_u32(&VqMyExecutorSlot->sleeping, 0);
@@ -813,6 +853,12 @@ ReadWakeCounters(void)
 	{
 		last_relay_wake_count = count;
 		relay_next_poll = GetCurrentTimestamp();
+	}
+	count = pg_atomic_read_u64(&VqMyDatabaseSlot->callback_wake_count);
+	if (count != last_callback_wake_count)
+	{
+		last_callback_wake_count = count;
+		callbacks_due = true;
 	}
 }
 
@@ -887,6 +933,7 @@ SetUpExecutor(Datum arg)
 	started_always_running = !IsExtraExecutor();
 	last_wake_count = pg_atomic_read_u64(&VqMyDatabaseSlot->wake_count);
 	last_relay_wake_count = pg_atomic_read_u64(&VqMyDatabaseSlot->relay_wake_count);
+	last_callback_wake_count = pg_atomic_read_u64(&VqMyDatabaseSlot->callback_wake_count);
 	return true;
 }
 

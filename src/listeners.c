@@ -2,18 +2,22 @@
  * listeners.c: transition listeners. Every state change of a job has a
  * transition (a vq.job_transition_data row, or for a job that completed
  * without a visible claim, the COMPLETED one its finished row implies); row
- * triggers on those two tables call the listeners subscribed to it, in the
- * same transaction, so a listener's writes commit exactly when the
- * transition does, on every path: handler outcomes, rescue after a crash,
+ * triggers on those two tables find the listeners subscribed to it, in the
+ * same transaction, on every path: handler outcomes, rescue after a crash,
  * timeouts, orderly stops, cancellation, dead letters, redrive, consumer
  * replies. While no listener is registered the triggers' WHEN clause (a flag
  * of the cached registry) keeps them from firing at all.
  *
  * A listener is fn(vq.job_transition, vq.job), called as the owner of its
  * function through VqCallCallback (callbacks.c): its error rolls back its own
- * writes only, is logged, and the transition stands. A listener with a
- * channel instead sends NOTIFY channel, '{"execution_id", "attempt", "kind"}'
- * (ids only: anyone may LISTEN on any channel).
+ * writes only, is logged, and the transition stands. In an executor's own
+ * code it is called here, so its writes commit exactly when the transition
+ * does; anywhere else (a client's session, user code) the call is queued for
+ * an executor with the transition and the job row as they are now
+ * (deferred.c), and made after the commit. A listener with a channel instead
+ * sends NOTIFY channel, '{"execution_id", "attempt", "kind"}' (ids only:
+ * anyone may LISTEN on any channel) from here, wherever the transition
+ * happens: no code runs for it.
  */
 #include "postgres.h"
 
@@ -24,6 +28,7 @@
 #include "utils/builtins.h"
 
 #include "callbacks.h"
+#include "deferred.h"
 #include "registry.h"
 #include "roles.h"
 #include "spi_util.h"
@@ -56,41 +61,33 @@ vq_transition_listeners_exist(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(registry != NULL && registry->has_listeners);
 }
 
-/* Notify or call one listener (a row of the query in FireListeners). */
+/* Call one function listener (a row of the query in FireListeners). */
 static void
 CallListener(Transition *t, HeapTuple row, TupleDesc desc)
 {
 	bool		isnull;
-	char	   *name = SPI_getvalue(row, desc, 3);
-	char	   *channel = SPI_getvalue(row, desc, 5);
 	Datum		args[2];
-	FmgrInfo	flinfo;
 	char	   *error;
 
-	if (channel != NULL)
-	{
-		Async_Notify(channel, SPI_getvalue(row, desc, 6));
-		return;
-	}
 	args[0] = SPI_getbinval(row, desc, 1, &isnull);
 	args[1] = SPI_getbinval(row, desc, 2, &isnull);
-	memset(&flinfo, 0, sizeof(flinfo));
-	error = VqCallCallback(DatumGetObjectId(SPI_getbinval(row, desc, 4, &isnull)), &flinfo, 2, args);
+	error = VqCallCallback(DatumGetObjectId(SPI_getbinval(row, desc, 4, &isnull)), 2, args);
 	if (error)
-		VqReportCallbackFailure(psprintf("transition listener \"%s\" (%s)", name, t->kind),
+		VqReportCallbackFailure(psprintf("transition listener \"%s\" (%s)", SPI_getvalue(row, desc, 3), t->kind),
 								t->execution_id, t->attempt, error);
 }
 
-/* Call every listener subscribed to the transition (as the extension owner, connected to SPI here). */
+/*
+ * The listeners subscribed to the transition, by name (in SPI_tuptable):
+ * the transition as vq.job_transition, the job row, the listener's name,
+ * function and channel, and the channel's message.
+ */
 static void
-FireListeners(Transition *t)
+MatchListeners(Transition *t)
 {
 	static SPIPlanPtr plan = NULL;
-	VqSavedUser saved;
 	Datum		values[9];
 	char		nulls[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
-	SPITupleTable *rows;
-	uint64		n;
 
 	values[0] = t->id;
 	nulls[0] = t->id_null ? 'n' : ' ';
@@ -103,10 +100,6 @@ FireListeners(Transition *t)
 	nulls[6] = t->error == (Datum) 0 ? 'n' : ' ';
 	values[7] = t->at;
 	values[8] = BoolGetDatum(t->implied);
-
-	VqBecomeOwner(VqRegistryGet()->owner, &saved);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "vq_job: SPI_connect failed");
 	if (SPI_execute_plan(VqKeepPlan(&plan,
 							  "SELECT ROW($1, $2, $3, $4, $5::vq.job_state, $6::vq.job_state, $7, $8)::vq.job_transition,"
 							  " j, l.name, l.fn, l.channel,"
@@ -124,11 +117,45 @@ FireListeners(Transition *t)
 							  TIMESTAMPTZOID, BOOLOID}),
 						 values, nulls, false, 0) != SPI_OK_SELECT)	/* (not read-only: see the whole statement's rows) */
 		elog(ERROR, "vq_job: looking up transition listeners failed");
+}
+
+/*
+ * Every listener subscribed to the transition (as the extension owner,
+ * connected to SPI here): channels notified; functions called, or queued for
+ * an executor outside an executor's own code.
+ */
+static void
+FireListeners(Transition *t)
+{
+	VqSavedUser saved;
+	SPITupleTable *rows;
+	uint64		n;
+	bool		inline_calls = VqCallbacksRunInline();
+	List	   *deferred = NIL;
+	bool		isnull;
+
+	VqBecomeOwner(VqRegistryGet()->owner, &saved);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "vq_job: SPI_connect failed");
+	MatchListeners(t);
 	/* the listeners run SPI themselves: keep our result */
 	rows = SPI_tuptable;
 	n = SPI_processed;
 	for (uint64 i = 0; i < n; i++)
-		CallListener(t, rows->vals[i], rows->tupdesc);
+	{
+		char	   *channel = SPI_getvalue(rows->vals[i], rows->tupdesc, 5);
+
+		if (channel != NULL)
+			Async_Notify(channel, SPI_getvalue(rows->vals[i], rows->tupdesc, 6));
+		else if (inline_calls)
+			CallListener(t, rows->vals[i], rows->tupdesc);
+		else
+			deferred = lappend(deferred, SPI_getvalue(rows->vals[i], rows->tupdesc, 3));
+	}
+	if (deferred != NIL)
+		VqDeferListeners(t->execution_id, t->attempt, deferred,
+						 SPI_getbinval(rows->vals[0], rows->tupdesc, 1, &isnull),
+						 SPI_getbinval(rows->vals[0], rows->tupdesc, 2, &isnull));
 	SPI_finish();
 	VqRestoreUser(&saved);
 }
@@ -150,6 +177,7 @@ NewColumnText(TriggerData *trigdata, const char *name)
 						SPI_fnumber(trigdata->tg_relation->rd_att, name));
 }
 
+/* The trigger data of this call, which must be a trigger's. */
 static TriggerData *
 CheckTrigger(FunctionCallInfo fcinfo)
 {

@@ -57,15 +57,13 @@ typedef struct VqDestination
 	Oid			fn;
 } VqDestination;
 
-/* An interceptor (vq.interceptor), called around every dispatch; see interceptors.c. */
+/* An interceptor (vq.interceptor), called around every dispatch; see callbacks.c. */
 typedef struct VqInterceptor
 {
 	char	   *name;
 	int32		position;
-	Oid			on_dispatch;	/* InvalidOid: none */
+	Oid			on_dispatch;	/* InvalidOid: none (functions are looked up through funccache.c) */
 	Oid			on_complete;
-	FmgrInfo	dispatch_flinfo;	/* set up at the first call (fn_oid InvalidOid until then) */
-	FmgrInfo	complete_flinfo;
 } VqInterceptor;
 
 typedef struct VqRegistry

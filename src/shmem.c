@@ -46,6 +46,7 @@ InitDatabaseSlot(VqDatabaseSlot *slot, LWLock *lock)
 	slot->state = VQ_DB_FREE;
 	pg_atomic_init_u64(&slot->wake_count, 0);
 	pg_atomic_init_u64(&slot->relay_wake_count, 0);
+	pg_atomic_init_u64(&slot->callback_wake_count, 0);
 	pg_atomic_init_u64(&slot->next_due, (uint64) VQ_NO_NEXT_DUE);
 	pg_atomic_init_u32(&slot->due_queue_hint, 0);
 	pg_atomic_init_u64(&slot->extension_generation, 0);

@@ -15,9 +15,9 @@
  *  - slot->request: requests to the launcher (stop the executors until a
  *    time; what an executor found when it looked for the extension), written
  *    by whoever asks, under the slot's lock; the launcher acts on them.
- *  - slot->wake_count, relay_wake_count, next_due, due_queue_hint,
- *    extension_generation: atomics moved by committing backends (wakeup.c),
- *    read by the executors.
+ *  - slot->wake_count, relay_wake_count, callback_wake_count, next_due,
+ *    due_queue_hint, extension_generation: atomics moved by committing
+ *    backends (wakeup.c), read by the executors.
  *  - slot->cancel_seq[i]: a request box to executor i (vq_cancel writes the
  *    sequence number of the run to flag; executor i reads it).
  *  - slot->executors_wanted: a request box to the launcher (executors raise it
@@ -249,6 +249,7 @@ typedef struct VqDatabaseSlot
 	VqLauncherRequest request;
 	pg_atomic_uint64 wake_count;	/* commits that enqueued due work */
 	pg_atomic_uint64 relay_wake_count;	/* commits that published outbox rows due now */
+	pg_atomic_uint64 callback_wake_count;	/* commits that queued callbacks for an executor (deferred.c) */
 	pg_atomic_uint64 next_due;	/* earliest future scheduled_at enqueued (TimestampTz) */
 	pg_atomic_uint32 due_queue_hint;	/* VqNameHash of a queue that just got due jobs (0: none) */
 	pg_atomic_uint64 extension_generation;	/* CREATE / DROP EXTENSION vq_job commits */

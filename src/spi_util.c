@@ -13,6 +13,8 @@
 #include "utils/resowner.h"
 #include "utils/snapmgr.h"
 
+#include "dispatch.h"
+#include "executor.h"
 #include "spi_util.h"
 
 /* Prepare a plan with the given cursor options the first time (into *plan) and keep it. */
@@ -84,7 +86,25 @@ VqIndexScansEnd(int level)
 	AtEOXact_GUC(true, level);
 }
 
-/* fn(arg) in a subtransaction; NULL or its error (see spi_util.h). */
+/*
+ * Must an error caught by VqTryInSubtransaction be raised again rather than
+ * returned? A cancel or a termination (SQLSTATE class 57: query_canceled,
+ * admin_shutdown, ...) is meant for the whole statement or process, not for
+ * the step that happened to run. In an executor outside user code no cancel
+ * is ever delivered (dispatch.c ignores SIGINT there and its timeouts act on
+ * user code only; a termination is FATAL and ends the process without coming
+ * here): a class-57 error there was raised by the code itself, and is its
+ * failure like any other.
+ */
+static bool
+MustPropagate(ErrorData *edata)
+{
+	if (ERRCODE_TO_CATEGORY(edata->sqlerrcode) != ERRCODE_OPERATOR_INTERVENTION)
+		return false;
+	return VqMyExecutorSlot == NULL || VqInUserCode();
+}
+
+/* fn(arg) in a subtransaction; NULL or its error, a cancel raised again (see spi_util.h). */
 ErrorData *
 VqTryInSubtransaction(void (*fn) (void *arg), void *arg)
 {
@@ -109,6 +129,8 @@ VqTryInSubtransaction(void (*fn) (void *arg), void *arg)
 	PG_END_TRY();
 	MemoryContextSwitchTo(caller_context);
 	CurrentResourceOwner = caller_owner;
+	if (error != NULL && MustPropagate(error))
+		ReThrowError(error);
 	return error;
 }
 

@@ -56,6 +56,7 @@ static bool due_at_commit = false;
 static uint32 queue_hint_at_commit = 0;	/* VqNameHash of the last queue given due jobs */
 static TimestampTz next_due_at_commit = VQ_NO_NEXT_DUE;
 static bool relay_at_commit = false;
+static bool callbacks_at_commit = false;
 static int64 relay_low_id_at_commit = PG_INT64_MAX;	/* lowest id of the rows due at publication */
 static bool extension_changed_at_commit = false;
 static bool resume_at_end = false;
@@ -71,6 +72,7 @@ ForgetNotes(void)
 	queue_hint_at_commit = 0;
 	next_due_at_commit = VQ_NO_NEXT_DUE;
 	relay_at_commit = false;
+	callbacks_at_commit = false;
 	relay_low_id_at_commit = PG_INT64_MAX;
 	extension_changed_at_commit = false;
 	resume_at_end = false;
@@ -100,6 +102,7 @@ typedef struct WakeUp
 	TimestampTz next_due;
 	uint32		queue_hint;		/* VqNameHash of the queue with the work (0: unknown) */
 	bool		relay;			/* outbox rows are due now */
+	bool		callbacks;		/* callbacks were queued for an executor (deferred.c) */
 	bool		extension_changed;	/* vq_job was created or dropped */
 } WakeUp;
 
@@ -132,6 +135,8 @@ WakeSlot(VqDatabaseSlot *slot, void *arg)
 	}
 	else if (w->relay)
 		pg_atomic_fetch_add_u64(&slot->relay_wake_count, 1);
+	else if (w->callbacks)
+		pg_atomic_fetch_add_u64(&slot->callback_wake_count, 1);
 	else if (w->due_now)
 	{
 		if (w->queue_hint != 0)
@@ -206,6 +211,8 @@ WakeupReleaseCallback(ResourceReleasePhase phase, bool isCommit, bool isTopLevel
 			VqWakeExecutors(MyDatabaseId, false, next_due_at_commit, 0);
 		if (relay_at_commit)
 			(void) VqWithDatabaseSlot(MyDatabaseId, LW_SHARED, WakeSlot, &(WakeUp) {.relay = true});
+		if (callbacks_at_commit)
+			(void) VqWithDatabaseSlot(MyDatabaseId, LW_SHARED, WakeSlot, &(WakeUp) {.callbacks = true});
 		if (extension_changed_at_commit)
 		{
 			(void) VqWithDatabaseSlot(MyDatabaseId, LW_EXCLUSIVE, WakeSlot, &(WakeUp) {.extension_changed = true});
@@ -328,6 +335,17 @@ VqWakeRelayAtCommit(int64 id, bool timed, TimestampTz scheduled_at)
 		relay_at_commit = true;
 	else
 		(void) WakeAt(scheduled_at, 0);
+}
+
+/*
+ * At commit: callbacks were queued for an executor (deferred.c); one is woken
+ * to run them. (Prepared: executors find them within VQ_CALLBACKS_LOOK_MS.)
+ */
+void
+VqCallbacksQueuedAtCommit(void)
+{
+	RegisterCallbacks();
+	callbacks_at_commit = true;
 }
 
 /* At commit: vq_job was created or dropped in this database. */

@@ -26,6 +26,15 @@ extern void VqForgetClaimPositionsAtCommit(void);
 /* At commit: outbox row id becomes due, at once (not timed: it lowers the relay position) or at scheduled_at. */
 extern void VqWakeRelayAtCommit(int64 id, bool timed, TimestampTz scheduled_at);
 
+/*
+ * At commit: administrators' callbacks were queued for an executor
+ * (deferred.c): the slot's callback_wake_count moves and one executor is
+ * woken. An executor also looks for queued callbacks when it starts and every
+ * VQ_CALLBACKS_LOOK_MS (a prepared transaction's commit wakes nobody).
+ */
+#define VQ_CALLBACKS_LOOK_MS 10000
+extern void VqCallbacksQueuedAtCommit(void);
+
 /* At commit: vq_job was created or dropped in this database (executors and launcher look again). */
 extern void VqWakeOnExtensionChangeAtCommit(void);
 

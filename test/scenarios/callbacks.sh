@@ -7,8 +7,9 @@
 #      outcome (COMPLETED, or FAILED and the error) before it is written.
 #   3. an on_dispatch or on_complete that raises: its own writes roll back, the job runs and
 #      ends as without it, an ERROR line names it in the job's log.
-#   4. interceptors around a NOTIFY handler: on_dispatch at the announcement, on_complete at
-#      the consumer's reply (vq_complete).
+#   4. interceptors around a NOTIFY handler: on_dispatch at the announcement, on_complete for
+#      the consumer's reply (vq_complete: queued in the consumer's session, called by an
+#      executor after the reply committed).
 #   5. transition listeners: every transition of every job here (inline and visible
 #      completion, failure, dead letter, cancel, redrive, timeout, rescue after kill -9)
 #      reaches the catch-all listener exactly once, as the owner of its function; a
@@ -201,8 +202,10 @@ assert_eq "dispatch:first,dispatch:second" \
 assert_eq 1 "$(q "SELECT count(*) FROM vq_take('$NT', 0)")" "vq_take of $NT"
 assert_eq t "$(q "SELECT vq_complete('$NT', 0)")" "vq_complete of $NT"
 assert_eq "COMPLETED" "$(q "SELECT state FROM vq.job WHERE execution_id = '$NT'")" "$NT after the reply"
+wait_for "SELECT NOT EXISTS (SELECT 1 FROM vq.callback_event WHERE execution_id = '$NT')" 10 \
+    "the on_complete queued by the reply to have run"
 assert_eq "COMPLETED|$OWNER" "$(q "SELECT kind || '|' || cur FROM cb_seen WHERE execution_id = '$NT' AND who = 'complete'")" \
-    "on_complete at the reply, as $OWNER"
+    "on_complete for the reply, as $OWNER"
 q "SELECT vq_unregister_interceptor('zeta'), vq_unregister_interceptor('alpha')" >/dev/null
 AFTER="$(q "SELECT vq_enqueue('cb_ok', '{\"tag\": \"after\"}')")"
 wait_state "$AFTER" COMPLETED 10
@@ -254,7 +257,9 @@ wait_for "SELECT EXISTS (SELECT 1 FROM vq.job_transition WHERE execution_id = '$
 q "SELECT vq_cancel('$KJ')" >/dev/null
 wait_for "SELECT state IN ('CANCELLED', 'COMPLETED') FROM vq.job WHERE execution_id = '$KJ'" 40 "$KJ to end"
 
-# every transition of these jobs reached 'all' exactly once, as $OWNER
+# every transition of these jobs reached 'all' exactly once, as $OWNER (those recorded in this
+# session, the cancel and the redrive, through an executor: wait until it has run them)
+wait_for "SELECT NOT EXISTS (SELECT 1 FROM vq.callback_event)" 10 "the queued listener calls to have run"
 MISMATCH="$(q "WITH ids(id) AS (SELECT unnest('{$(IFS=,; echo "${IDS[*]}")}'::uuid[])),
                   t AS (SELECT execution_id, kind, from_state::text, to_state::text FROM vq.job_transition
                          WHERE execution_id IN (SELECT id FROM ids)),

@@ -7,18 +7,27 @@
 #      a configuration change committed while it ran) and then fails is retried after the
 #      backoff of its queue as it was at the claim or as it is now, never after a backoff read
 #      from freed memory; the executor goes on serving.
+#   3. callback functions (an interceptor's on_complete, a transition listener), cached by the
+#      executor at a first job, follow ALTER FUNCTION from the next job on, with no change to
+#      any vq table: SET search_path (a callback that could not find its table finds it),
+#      STRICT (an on_complete is not called with a NULL error; a listener's arguments are never
+#      NULL, so it still is), and a SECURITY DEFINER callback given a new owner (OWNER TO)
+#      runs as the new owner.
 # Roles are cluster-wide: they carry this process id and are dropped on exit.
 set -euo pipefail
 . "$(dirname "$0")/lib/common.sh"
 
 APP="vq_ec_app_$$"
 OWNER="vq_ec_owner_$$"
+OWNER2="vq_ec_owner2_$$"
 OTHER_QUEUE="ec_other_$$"
 
 cleanup() {
     set +e
+    q "SELECT vq_unregister_interceptor(name) FROM vq.interceptor;
+       SELECT vq_unregister_transition_listener(name) FROM vq.transition_listener" >/dev/null 2>&1
     cleanup_configs
-    drop_roles "$APP" "$OWNER"
+    drop_roles "$APP" "$OWNER" "$OWNER2"
 }
 trap cleanup EXIT
 
@@ -118,4 +127,80 @@ done
 log "2. the executor still serves: a new job completes"
 id="$(enqueue_as_app "vq_enqueue('ec_record', '{\"tag\": \"after\"}')")"
 wait_done "$id" "job after the cache rebuilds"
+
+# ---- 3. callback functions follow ALTER FUNCTION ---------------------------------------
+log "3. callbacks: per change, an interceptor's on_complete and a listener, owned by $OWNER"
+one_executor    # (both jobs run in the process that cached the functions at the first)
+# each records (callback, job_id, whether error was NULL, current_user) in ec_cb_seen, which
+# the 'path' ones name without a schema and without SET search_path (their path is then
+# pg_catalog, pg_temp: they fail until ALTER FUNCTION ... SET search_path)
+{
+    echo "CREATE ROLE \"$OWNER2\";"
+    echo "CREATE TABLE public.ec_cb_seen (cb text, job_id text, error_null boolean, cur text);"
+    echo "GRANT INSERT ON public.ec_cb_seen TO \"$OWNER\", \"$OWNER2\";"
+    for change in path strict definer; do
+        case "$change" in
+            path) attrs="" ;;
+            strict) attrs="CALLED ON NULL INPUT SET search_path = public" ;;
+            definer) attrs="SECURITY DEFINER SET search_path = public" ;;
+        esac
+        cat <<SQL
+CREATE FUNCTION public.ec_complete_$change(c vq.job_context, outcome text, error text) RETURNS void
+LANGUAGE plpgsql $attrs AS \$\$
+BEGIN INSERT INTO ec_cb_seen VALUES ('interceptor-$change', c.job_id, error IS NULL, current_user); END \$\$;
+CREATE FUNCTION public.ec_listen_$change(t vq.job_transition, j vq.job) RETURNS void
+LANGUAGE plpgsql $attrs AS \$\$
+BEGIN INSERT INTO ec_cb_seen VALUES ('listener-$change', j.job_id, t.error IS NULL, current_user); END \$\$;
+ALTER FUNCTION public.ec_complete_$change(vq.job_context, text, text) OWNER TO "$OWNER";
+ALTER FUNCTION public.ec_listen_$change(vq.job_transition, vq.job) OWNER TO "$OWNER";
+SELECT vq_register_interceptor('ec-$change', on_complete => 'public.ec_complete_$change(vq.job_context, text, text)');
+SELECT vq_register_transition_listener('ec-$change', 'public.ec_listen_$change(vq.job_transition, vq.job)',
+                                       kinds => '{COMPLETED}', handlers => '{ec_record}');
+SQL
+    done
+} | qs >/dev/null
+# cb_seen CALLBACK JOB_ID: "error was NULL|current_user" of what CALLBACK recorded for JOB_ID
+cb_seen() { q "SELECT string_agg(error_null || '|' || cur, ',') FROM ec_cb_seen WHERE cb = '$1' AND job_id = '$2'"; }
+# cb_failed WHAT JOB_ID: the job log line of callback WHAT failing for the job with JOB_ID
+cb_failed() {
+    q "SELECT string_agg(l.message, ',') FROM vq.job_log l JOIN vq.job j USING (execution_id)
+        WHERE j.job_id = '$2' AND l.level = 'ERROR' AND l.message LIKE '$1%'"
+}
+id="$(enqueue_as_app "vq_enqueue('ec_record', '{\"tag\": \"cb-1\"}', job_id => 'cb-1')")"
+wait_done "$id" "the first job with callbacks"
+for what in 'interceptor "ec-path" (on_complete)' 'transition listener "ec-path" (COMPLETED)'; do
+    assert_eq "$what failed: relation \"ec_cb_seen\" does not exist" "$(cb_failed "$what" cb-1)" \
+        "the first job: $what without a search_path"
+done
+for cb in interceptor-strict listener-strict; do
+    assert_eq "true|$OWNER" "$(cb_seen "$cb" cb-1)" "the first job: $cb (called on NULL input)"
+done
+for cb in interceptor-definer listener-definer; do
+    assert_eq "true|$OWNER" "$(cb_seen "$cb" cb-1)" "the first job: $cb (SECURITY DEFINER, owned by $OWNER)"
+done
+
+log "3. ALTER FUNCTION ... SET search_path, ... STRICT, ... OWNER TO; then a second job"
+qs >/dev/null <<SQL
+ALTER FUNCTION public.ec_complete_path(vq.job_context, text, text) SET search_path = public;
+ALTER FUNCTION public.ec_listen_path(vq.job_transition, vq.job) SET search_path = public;
+ALTER FUNCTION public.ec_complete_strict(vq.job_context, text, text) STRICT;
+ALTER FUNCTION public.ec_listen_strict(vq.job_transition, vq.job) STRICT;
+ALTER FUNCTION public.ec_complete_definer(vq.job_context, text, text) OWNER TO "$OWNER2";
+ALTER FUNCTION public.ec_listen_definer(vq.job_transition, vq.job) OWNER TO "$OWNER2";
+SQL
+id="$(enqueue_as_app "vq_enqueue('ec_record', '{\"tag\": \"cb-2\"}', job_id => 'cb-2')")"
+wait_done "$id" "the second job with callbacks"
+for cb in interceptor-path listener-path; do
+    [[ "$(cb_seen "$cb" cb-2)" == "true|$OWNER" ]] ||
+        fail_later "after SET search_path: $cb wrote [$(cb_seen "$cb" cb-2)], expected [true|$OWNER]; job log: [$(cb_failed "${cb%%-*}" cb-2)]"
+done
+[[ -z "$(cb_seen interceptor-strict cb-2)" ]] ||
+    fail_later "after STRICT: the on_complete was called with a NULL error: [$(cb_seen interceptor-strict cb-2)]"
+[[ "$(cb_seen listener-strict cb-2)" == "true|$OWNER" ]] ||
+    fail_later "after STRICT: the listener (never given a NULL) wrote [$(cb_seen listener-strict cb-2)], expected [true|$OWNER]"
+for cb in interceptor-definer listener-definer; do
+    [[ "$(cb_seen "$cb" cb-2)" == "true|$OWNER2" ]] ||
+        fail_later "after OWNER TO: the SECURITY DEFINER $cb ran as [$(cb_seen "$cb" cb-2)], expected [true|$OWNER2]"
+done
+fail_summary
 log "PASS"
