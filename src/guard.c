@@ -13,6 +13,9 @@
  *
  * DROP EXTENSION vq_job: at commit, the executors are woken to look for the
  * extension at once, find it gone and exit.
+ *
+ * The hook also passes statements on: to session.c and rolejobs.c, and
+ * PREPARE TRANSACTION / COMMIT PREPARED / ROLLBACK PREPARED to prepared.c.
  */
 #include "postgres.h"
 
@@ -32,6 +35,7 @@
 #include "rolejobs.h"
 #include "session.h"
 #include "launcher.h"
+#include "prepared.h"
 #include "wakeup.h"
 
 static ProcessUtility_hook_type prev_process_utility = NULL;
@@ -170,6 +174,8 @@ VqProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 
 	VqSessionNoteStatement(stmt);
 	VqCheckDropRole(stmt);
+	if (IsA(stmt, TransactionStmt))
+		VqPreparedStatementBegins((TransactionStmt *) stmt);
 	if (OidIsValid(dboid))
 		VqRequestStop(dboid);
 	if (DropsThisExtension(stmt))
@@ -187,6 +193,9 @@ VqProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 		prev_process_utility(pstmt, queryString, readOnlyTree, context, params, queryEnv, dest, qc);
 	else
 		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context, params, queryEnv, dest, qc);
+	/* (COMMIT PREPARED: committed, its invalidations sent and its locks released by now) */
+	if (IsA(stmt, TransactionStmt))
+		VqPreparedStatementDone((TransactionStmt *) stmt);
 }
 
 /* Install the utility hook (from _PG_init). */

@@ -15,6 +15,7 @@
 #include "context.h"
 #include "guard.h"
 #include "launcher.h"
+#include "prepared.h"
 #include "registry.h"
 #include "shmem.h"
 #include "vq_job.h"
@@ -176,6 +177,7 @@ _PG_init(void)
 	VqRegistryInit();
 	VqLauncherInit();
 	VqGuardInit();
+	VqPreparedInit();
 }
 
 /* Error (VQ012) when a jsonb value is larger than limit bytes, uncompressed. */
