@@ -14,8 +14,9 @@
  * DROP EXTENSION vq_job: at commit, the executors are woken to look for the
  * extension at once, find it gone and exit.
  *
- * The hook also passes statements on: to session.c and rolejobs.c, and
- * PREPARE TRANSACTION / COMMIT PREPARED / ROLLBACK PREPARED to prepared.c.
+ * The hook also passes statements on: to session.c and rolejobs.c, a COPY
+ * into vq_job's tables to restore.c (a restore), and PREPARE TRANSACTION /
+ * COMMIT PREPARED / ROLLBACK PREPARED to prepared.c.
  */
 #include "postgres.h"
 
@@ -36,6 +37,7 @@
 #include "session.h"
 #include "launcher.h"
 #include "prepared.h"
+#include "restore.h"
 #include "wakeup.h"
 
 static ProcessUtility_hook_type prev_process_utility = NULL;
@@ -174,6 +176,7 @@ VqProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 
 	VqSessionNoteStatement(stmt);
 	VqCheckDropRole(stmt);
+	VqRestoreNoteStatement(stmt);
 	if (IsA(stmt, TransactionStmt))
 		VqPreparedStatementBegins((TransactionStmt *) stmt);
 	if (OidIsValid(dboid))

@@ -17,6 +17,7 @@
 #include "launcher.h"
 #include "prepared.h"
 #include "registry.h"
+#include "restore.h"
 #include "shmem.h"
 #include "vq_job.h"
 
@@ -178,6 +179,7 @@ _PG_init(void)
 	VqLauncherInit();
 	VqGuardInit();
 	VqPreparedInit();
+	VqRestoreInit();
 }
 
 /* Error (VQ012) when a jsonb value is larger than limit bytes, uncompressed. */

@@ -417,6 +417,14 @@ NoteEverything(void)
 	next_due_at_commit = Min(next_due_at_commit, GetCurrentTimestamp());	/* passed: look it up again */
 }
 
+/* At commit: jobs, outbox rows or due times arrived unnoted (see wakeup.h). */
+void
+VqLookAtEverythingAtCommit(void)
+{
+	RegisterCallbacks();
+	NoteEverything();
+}
+
 /*
  * COMMIT PREPARED succeeded (see wakeup.h). The prepared transaction is
  * committed and visible, its invalidations were sent and its locks released
@@ -444,4 +452,24 @@ VqWakeForCommitPrepared(const VqWakeNotes *notes)
 		extension_changed_at_commit |= notes->extension_changed;
 	}
 	WakeupReleaseCallback(RESOURCE_RELEASE_AFTER_LOCKS, true, true, NULL);
+}
+
+/* Forget the positions, make every due time and the relay worth a look, and wake every executor. */
+static void
+WakeAllForRestore(VqDatabaseSlot *slot, void *arg)
+{
+	VqClaimPositionsForget(slot);	/* (the slot's lock is held exclusively) */
+	LowerNextDue(slot, GetCurrentTimestamp());
+	pg_atomic_fetch_add_u64(&slot->relay_wake_count, 1);
+	pg_atomic_fetch_add_u64(&slot->wake_count, 1);
+	for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
+		if (slot->executors[i].pid != 0 && slot->executors[i].latch != NULL)
+			SetLatch(slot->executors[i].latch);
+}
+
+/* A restore into this database ended (see wakeup.h). */
+void
+VqWakeAfterRestore(Oid dboid)
+{
+	(void) VqWithDatabaseSlot(dboid, LW_EXCLUSIVE, WakeAllForRestore, NULL);
 }

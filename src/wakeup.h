@@ -77,5 +77,10 @@ extern void VqWakeupRegister(void);
  */
 extern void VqWakeForCommitPrepared(const VqWakeNotes *notes);
 
+/* At commit: jobs, outbox rows or due times arrived unnoted: forget the positions, look at everything. */
+extern void VqLookAtEverythingAtCommit(void);
+
+/* Now: a restore into this database ended: its executors forget their positions and look at everything. */
+extern void VqWakeAfterRestore(Oid dboid);
 
 #endif							/* VQ_WAKEUP_H */
