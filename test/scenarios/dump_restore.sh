@@ -22,7 +22,10 @@
 #   3. a database owner that is no superuser dumps the database (pg_dump --enable-row-security;
 #      without it PostgreSQL refuses, as for any table with row security): its dump has the
 #      whole configuration and the jobs, history, logs, outbox rows and windows of the roles it
-#      is a member of, and not the others'.
+#      is a member of, and not the others';
+#   4. pg_dump --inserts | psql into a fresh database r_ins: as in 1.
+#   A role that may not write vq.job_active gets PostgreSQL's error for a COPY into it, and that
+#   holds no executor back. With VQ_KEEP_CLUSTER=1 the second cluster is left running.
 # shellcheck disable=SC2119  # qs reads its script from stdin, not from arguments
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
@@ -45,7 +48,11 @@ on_exit() {
     [[ -n "$PLAIN_PID" ]] && kill "$PLAIN_PID" 2>/dev/null
     [[ -n "$LOCK_FD" ]] && exec {LOCK_FD}>&-
     [[ -n "$LOCK_PID" ]] && wait "$LOCK_PID" 2>/dev/null
-    [[ -n "$R_DIR" && -z "${DR_KEEP:-}" ]] && vq_cluster_destroy "$R_DIR" >/dev/null 2>&1
+    if [[ -n "$R_DIR" && "${VQ_KEEP_CLUSTER:-}" == 1 ]]; then
+        echo "VQ_KEEP_CLUSTER=1: the second cluster stays in $R_DIR (socket dir $R_SOCK, port $R_PORT)"
+    elif [[ -n "$R_DIR" ]]; then
+        vq_cluster_destroy "$R_DIR" >/dev/null 2>&1
+    fi
     q "ALTER DATABASE \"$SRC\" OWNER TO postgres" >/dev/null 2>&1
     q "SELECT vq_resume_queue('default')" >/dev/null 2>&1
     drop_roles "${ROLES[@]}"
@@ -233,16 +240,25 @@ q_as dr_app "SELECT vq_enqueue('dr_fn', jsonb_build_object('tag', 'paused-' || p
                FROM unnest(ARRAY[0, 4]) p" >/dev/null
 assert_stays "SELECT string_agg(state::text, ',' ORDER BY payload ->> 'tag') FROM vq.job
                WHERE payload ->> 'tag' LIKE 'due-%' OR payload ->> 'tag' LIKE 'paused-%'" 1 "held due jobs"
-LATER_AT="$(q "SELECT clock_timestamp() + interval '50 s'")"
+LATER_AT="$(q "SELECT clock_timestamp() + interval '70 s'")"
 q_as dr_app "SELECT vq_enqueue('dr_fn', '{\"tag\": \"later\"}', run_at => '$LATER_AT')" >/dev/null
 q_as dr_app "SELECT vq_outbox_publish('dr_fn', '{\"tag\": \"o-later\"}', scheduled_at => '$LATER_AT')" >/dev/null
 
-log "dumps (-Fc and plain), the source unchanged across them"
+log "a COPY into vq.job_active by a role that may not write it: refused, and no restore"
+if q_as dr_app "COPY vq.job_active FROM stdin" >/dev/null 2>"$TMPD/copy.err"; then
+    fail_later "dr_app could COPY into vq.job_active"
+else
+    check "COPY by dr_app refused with 42501" grep -q 'permission denied for table job_active' "$TMPD/copy.err"
+fi
+check "no restore began for dr_app's COPY" bash -c "! grep -q 'a restore into database \"$SRC\" began' '${VQ_CLUSTER_DIR:?}/server.log'"
+
+log "dumps (-Fc, plain, --inserts), the source unchanged across them"
 CUT="$(q "SELECT clock_timestamp()")"
 before="$(capture full)"
 before_dbo="$(capture full dr_dbowner 2>&1)" || fail_later "reading the source as dr_dbowner failed: $before_dbo"
 pg_dump -Fc -f "$TMPD/src.fc" "$SRC"
 pg_dump -f "$TMPD/src.sql" "$SRC"
+pg_dump --inserts -f "$TMPD/src-inserts.sql" "$SRC"
 pg_dumpall --globals-only -f "$TMPD/globals.sql"
 q "ALTER DATABASE \"$SRC\" OWNER TO dr_dbowner" >/dev/null
 if pg_dump -U dr_dbowner -f "$TMPD/dbo-nors.sql" "$SRC" 2>"$TMPD/dbo-nors.err"; then
@@ -379,8 +395,17 @@ if [[ -s "$TMPD/dbo.fc" ]]; then
         AND count(*) FILTER (WHERE enqueued_by <> 'dr_app'::regrole) = 0 FROM vq.job" "[r_dbo] jobs of dr_app only"
 fi
 
+log "4. pg_dump --inserts | psql into a fresh database r_ins"
+on2 postgres q "CREATE DATABASE r_ins" >/dev/null
+on2 r_ins psql -X -q -v ON_ERROR_STOP=1 -f "$TMPD/src-inserts.sql" >"$TMPD/r_ins.out" 2>&1 ||
+    fail_later "psql restoring r_ins (--inserts) failed: $(tail -c 2000 "$TMPD/r_ins.out")"
+end_ins="$(now_s)"
+same_state "[r_ins] configuration and finished history" "$(capture stable)" "$(on2 r_ins capture stable)"
+behaviour r_ins "$end_ins"
+
 log "the delayed job and outbox row run at their time ($LATER_AT)"
 later r_full "$end_full"
 later r_plain "$end_plain"
+later r_ins "$end_ins"
 fail_summary
 log "ok"
