@@ -238,6 +238,9 @@ RestoreBegins(void)
 	ereport(LOG, (errmsg("vq_job: a restore into database \"%s\" began (this session writes vq_job's job tables); its executors wait until the session ends",
 						 restored_database),
 				  errhidestmt(true)));
+	/* (for someone who did it by hand: a restore's script hides notices) */
+	ereport(NOTICE, (errmsg("vq_job's executors leave this database alone until this session ends"),
+					 errdetail("This session writes vq_job's job tables, as a restore does.")));
 }
 
 /* The utility hook is about to run this statement (see restore.h). */
