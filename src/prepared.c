@@ -14,7 +14,8 @@
  * The table has room for max_prepared_transactions entries, as many as there
  * can be prepared transactions, and an entry whose transaction is no longer
  * in progress (ended in a way the hook did not see) is taken over: every
- * PREPARE TRANSACTION statement finds room. Each writes its entry, notes or
+ * PREPARE TRANSACTION statement finds room. (Were one taken over wrongly, its
+ * COMMIT PREPARED would only look at everything, as below.) Each writes its entry, notes or
  * not, so that a COMMIT PREPARED that finds none knows its notes were lost:
  * the transaction was prepared before the server (re)started, which empties
  * the table. Then the database's executors forget every claim position and
