@@ -396,11 +396,22 @@ CREATE POLICY outbox_visible_to_publisher ON vq.outbox FOR SELECT
 
 -- pg_dump reads every table above (and the sequences' positions) as the role that dumps: so that
 -- a role that is no superuser, such as the database's owner, can dump the database, it may read
--- them all, with what it sees limited as through vq.job (pg_dump --enable-row-security): the
--- configuration, the interceptors and listeners, and the jobs, history, logs, outbox rows and
--- job_id windows of the roles it is a member of. The partitions show what vq.job shows.
+-- them all, with what it sees limited by row security (pg_dump --enable-row-security): the
+-- configuration, the interceptors and listeners that run functions it owns (through its roles),
+-- and the jobs, history, logs, outbox rows and job_id windows of the roles it is a member of.
+-- The partitions show what vq.job shows.
 GRANT SELECT ON vq.interceptor, vq.transition_listener, vq.job_active, vq.job_finished, vq.job_id_window
     TO PUBLIC;
+ALTER TABLE vq.interceptor ENABLE ROW LEVEL SECURITY;
+CREATE POLICY interceptor_visible_to_function_owner ON vq.interceptor FOR SELECT
+    USING ((on_dispatch IS NULL OR pg_catalog.pg_has_role(CURRENT_USER,
+                (SELECT p.proowner FROM pg_catalog.pg_proc p WHERE p.oid OPERATOR(pg_catalog.=) on_dispatch), 'USAGE'))
+           AND (on_complete IS NULL OR pg_catalog.pg_has_role(CURRENT_USER,
+                (SELECT p.proowner FROM pg_catalog.pg_proc p WHERE p.oid OPERATOR(pg_catalog.=) on_complete), 'USAGE')));
+ALTER TABLE vq.transition_listener ENABLE ROW LEVEL SECURITY;
+CREATE POLICY transition_listener_visible_to_function_owner ON vq.transition_listener FOR SELECT
+    USING (fn IS NOT NULL AND pg_catalog.pg_has_role(CURRENT_USER,
+                (SELECT p.proowner FROM pg_catalog.pg_proc p WHERE p.oid OPERATOR(pg_catalog.=) fn), 'USAGE'));
 GRANT SELECT ON SEQUENCE vq.job_transition_data_id_seq, vq.job_log_id_seq, vq.outbox_id_seq TO PUBLIC;
 ALTER TABLE vq.job_active ENABLE ROW LEVEL SECURITY;
 CREATE POLICY job_active_visible_as_job ON vq.job_active FOR SELECT
@@ -440,6 +451,8 @@ CREATE TRIGGER transition_listener_registry_changed AFTER INSERT OR UPDATE OR DE
 -- Transition listeners are called from these row triggers; their WHEN clause costs a cached
 -- flag per transition while no listener is registered. A stored transition fires the first;
 -- a job that completed without one (ENQUEUED -> COMPLETED, implied by its finished row) the second.
+-- A restore's COPY or INSERT of history rows fires neither: it changes no state (and what the
+-- listeners wrote is restored with their own tables).
 CREATE FUNCTION vq.transition_listeners_exist() RETURNS boolean
     LANGUAGE c STABLE AS 'MODULE_PATHNAME', 'vq_transition_listeners_exist';
 CREATE FUNCTION vq.transition_recorded() RETURNS trigger
@@ -449,9 +462,11 @@ CREATE FUNCTION vq.job_finished_recorded() RETURNS trigger
 REVOKE ALL ON FUNCTION vq.transition_listeners_exist(), vq.transition_recorded(), vq.job_finished_recorded()
     FROM PUBLIC;
 CREATE TRIGGER transition_listeners AFTER INSERT ON vq.job_transition_data
-    FOR EACH ROW WHEN (vq.transition_listeners_exist()) EXECUTE FUNCTION vq.transition_recorded();
+    FOR EACH ROW WHEN (vq.transition_listeners_exist() AND NOT vq.loading_rows())
+    EXECUTE FUNCTION vq.transition_recorded();
 CREATE TRIGGER completion_listeners AFTER INSERT ON vq.job_finished
-    FOR EACH ROW WHEN (NEW.state OPERATOR(pg_catalog.=) 'COMPLETED'::vq.job_state AND vq.transition_listeners_exist())
+    FOR EACH ROW WHEN (NEW.state OPERATOR(pg_catalog.=) 'COMPLETED'::vq.job_state AND vq.transition_listeners_exist()
+                       AND NOT vq.loading_rows())
     EXECUTE FUNCTION vq.job_finished_recorded();
 
 ------------------------------------------------------------------------------

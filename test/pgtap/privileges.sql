@@ -235,9 +235,10 @@ SELECT is_empty($$
 ------------------------------------------------------------------------------
 SELECT is_empty($$SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                    WHERE n.nspname = 'vq' AND c.relname IN ('job', 'job_active', 'job_finished', 'job_transition_data',
-                                                            'job_log', 'outbox', 'job_id_window')
+                                                            'job_log', 'outbox', 'job_id_window', 'interceptor',
+                                                            'transition_listener')
                      AND NOT c.relrowsecurity$$,
-                'row-level security is enabled on every table of jobs, history, logs, outbox rows and job_id windows');
+                'row-level security is enabled on the tables of jobs, history, logs, outbox rows, job_id windows and callbacks');
 -- Jobs of tap_a, tap_b and tap_c (a member of tap_a); tap_admin enqueues nothing.
 GRANT tap_a TO tap_c;
 SET ROLE tap_a;

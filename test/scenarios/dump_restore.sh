@@ -23,7 +23,8 @@
 #      without it PostgreSQL refuses, as for any table with row security): its dump has the
 #      whole configuration and the jobs, history, logs, outbox rows and windows of the roles it
 #      is a member of, and not the others';
-#   4. pg_dump --inserts | psql into a fresh database r_ins: as in 1.
+#   4. pg_dump --inserts | psql into r_ins, whose executors already run: as in 1; a transition
+#      listener registered there before is not called for the restored history.
 #   A role that may not write vq.job_active gets PostgreSQL's error for a COPY into it, and that
 #   holds no executor back. With VQ_KEEP_CLUSTER=1 the second cluster is left running.
 # shellcheck disable=SC2119  # qs reads its script from stdin, not from arguments
@@ -160,6 +161,7 @@ CREATE TABLE public.dr_intercepted (execution_id uuid, outcome text, at timestam
 CREATE TABLE public.dr_heard (execution_id uuid, kind text, at timestamptz DEFAULT clock_timestamp());
 GRANT INSERT ON public.dr_effects TO dr_app;
 GRANT SELECT ON public.dr_effects, public.dr_intercepted, public.dr_heard TO dr_dbowner;
+GRANT INSERT ON public.dr_intercepted TO dr_dbowner;
 CREATE FUNCTION public.dr_fn(p jsonb, ctx vq.job_context) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM vq_log('INFO', 'attempt ' || ctx.attempt_number, jsonb_build_object('tag', p ->> 'tag'));
@@ -197,6 +199,7 @@ SELECT vq_grant_consumer('dr_notify', 'dr_consumer');
 SELECT vq_grant_producer('dr_notify', 'dr_app');
 SELECT vq_grant_queue(q, 'dr_app') FROM unnest(ARRAY['default', 'dr_due']) q;
 SELECT vq_register_destination('dr.dest', 'public.dr_dest(text, jsonb, jsonb, jsonb)');
+ALTER FUNCTION public.dr_count(vq.job_context, text, text) OWNER TO dr_dbowner;   -- (its dump has this one)
 SELECT vq_register_interceptor('dr-count', on_complete => 'public.dr_count(vq.job_context, text, text)');
 SELECT vq_register_transition_listener('dr-listen', 'public.dr_listen(vq.job_transition, vq.job)');
 GRANT EXECUTE ON FUNCTION vq_create_queue(text, integer, integer, text, integer, integer, integer) TO dr_ops;
@@ -353,7 +356,7 @@ on2 postgres q "CREATE DATABASE r_full" >/dev/null
 on2 r_full q "CREATE EXTENSION vq_job" >/dev/null
 on2 r_full wait_for "SELECT count(*) > 0 FROM pg_stat_activity WHERE backend_type = 'vq_job executor'
     AND datname = current_database()" 20 "r_full's executors"
-on2 r_full pg_restore -d r_full --no-owner "$TMPD/src.fc" 2>"$TMPD/r_full.err" ||
+on2 r_full pg_restore -d r_full "$TMPD/src.fc" 2>"$TMPD/r_full.err" ||
     fail_later "pg_restore into r_full reported errors: $(head -c 2000 "$TMPD/r_full.err")"
 end_full="$(now_s)"
 same_state "[r_full] configuration and finished history" "$(capture stable)" "$(on2 r_full capture stable)"
@@ -388,18 +391,31 @@ log "3. the database owner's dump (no superuser, --enable-row-security) into r_d
 on2 postgres q "CREATE DATABASE r_dbo" >/dev/null
 on2 postgres q "ALTER DATABASE r_dbo SET vq.serve_database = off" >/dev/null
 if [[ -s "$TMPD/dbo.fc" ]]; then
-    on2 r_dbo pg_restore -d r_dbo --no-owner "$TMPD/dbo.fc" 2>"$TMPD/r_dbo.err" ||
+    on2 r_dbo pg_restore -d r_dbo "$TMPD/dbo.fc" 2>"$TMPD/r_dbo.err" ||
         fail_later "pg_restore of the owner's dump reported errors: $(head -c 2000 "$TMPD/r_dbo.err")"
     same_state "[r_dbo] what the database owner may see" "$before_dbo" "$(on2 r_dbo capture full)"
     check "[r_dbo] has dr_app's jobs, not postgres'" on2 r_dbo assert_sql "SELECT count(*) FILTER (WHERE enqueued_by = 'dr_app'::regrole) > 10
         AND count(*) FILTER (WHERE enqueued_by <> 'dr_app'::regrole) = 0 FROM vq.job" "[r_dbo] jobs of dr_app only"
+    check "[r_dbo] has the interceptor of its function, not the listener of postgres'" on2 r_dbo assert_eq "dr-count|" \
+        "$(on2 r_dbo q "SELECT (SELECT string_agg(name, ',') FROM vq.interceptor) || '|' ||
+                        coalesce((SELECT string_agg(name, ',') FROM vq.transition_listener), '')")" "[r_dbo] callbacks"
 fi
 
-log "4. pg_dump --inserts | psql into a fresh database r_ins"
+log "4. pg_dump --inserts | psql into r_ins, whose executors already run, with a transition listener"
 on2 postgres q "CREATE DATABASE r_ins" >/dev/null
+on2 r_ins qs >/dev/null <<'SQL'
+CREATE EXTENSION vq_job;
+CREATE TABLE public.pre_heard (execution_id uuid, kind text, at timestamptz);
+CREATE FUNCTION public.pre_listen(t vq.job_transition, j vq.job) RETURNS void LANGUAGE sql
+    AS $$ INSERT INTO public.pre_heard VALUES (t.execution_id, t.kind, t.at) $$;
+SELECT vq_register_transition_listener('pre-listen', 'public.pre_listen(vq.job_transition, vq.job)');
+SQL
 on2 r_ins psql -X -q -v ON_ERROR_STOP=1 -f "$TMPD/src-inserts.sql" >"$TMPD/r_ins.out" 2>&1 ||
     fail_later "psql restoring r_ins (--inserts) failed: $(tail -c 2000 "$TMPD/r_ins.out")"
 end_ins="$(now_s)"
+check "[r_ins] restored history calls no listener" on2 r_ins assert_sql \
+    "SELECT NOT EXISTS (SELECT 1 FROM public.pre_heard WHERE at < '$CUT')" "[r_ins] no listener call for restored transitions"
+on2 r_ins q "SELECT vq_unregister_transition_listener('pre-listen')" >/dev/null
 same_state "[r_ins] configuration and finished history" "$(capture stable)" "$(on2 r_ins capture stable)"
 behaviour r_ins "$end_ins"
 
