@@ -266,7 +266,7 @@ CREATE TABLE vq.destination (
 -- jobs); another enqueue of the id meanwhile returns the job that holds the window. Expired
 -- windows are deleted by the retention sweep.
 CREATE TABLE vq.job_id_window (
-    enqueued_by   oid NOT NULL,
+    enqueued_by   regrole NOT NULL,   -- (by name in a dump: role OIDs differ in another cluster)
     job_id        text NOT NULL,
     execution_id  uuid NOT NULL,
     until         timestamptz NOT NULL,
@@ -304,8 +304,11 @@ CREATE TABLE vq.transition_listener (
     CONSTRAINT transition_listener_one_target CHECK ((fn IS NULL) <> (channel IS NULL))
 );
 
--- User data in these tables survives pg_dump / restore (the default queue comes from the script).
-SELECT pg_catalog.pg_extension_config_dump('vq.queue', $$WHERE name <> 'default'$$);
+-- User data in these tables survives pg_dump / restore, and so do the positions of the identity
+-- sequences (a restored database hands out ids after the restored ones). The default queue's row
+-- is dumped too: the install script creates it, and the restore's insert of it sets its settings
+-- and pause instead (queue_default_restored below).
+SELECT pg_catalog.pg_extension_config_dump('vq.queue', '');
 SELECT pg_catalog.pg_extension_config_dump('vq.handler', '');
 SELECT pg_catalog.pg_extension_config_dump('vq.contract_override', '');
 SELECT pg_catalog.pg_extension_config_dump('vq.job_active', '');
@@ -320,6 +323,40 @@ SELECT pg_catalog.pg_extension_config_dump('vq.destination', '');
 SELECT pg_catalog.pg_extension_config_dump('vq.interceptor', '');
 SELECT pg_catalog.pg_extension_config_dump('vq.job_id_window', '');
 SELECT pg_catalog.pg_extension_config_dump('vq.transition_listener', '');
+SELECT pg_catalog.pg_extension_config_dump('vq.job_transition_data_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('vq.job_log_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('vq.outbox_id_seq', '');
+
+-- Is the statement the client sent a COPY or an INSERT (what a restore runs), not a function call?
+CREATE FUNCTION vq.loading_rows() RETURNS boolean
+    LANGUAGE c STABLE PARALLEL RESTRICTED AS 'MODULE_PATHNAME', 'vq_loading_rows';
+REVOKE ALL ON FUNCTION vq.loading_rows() FROM PUBLIC;
+
+-- A restore inserts the default queue's row, which the install script has already created: a COPY
+-- or INSERT statement of the row "default" while it exists sets the existing row's settings, pause
+-- and timestamps to the inserted ones instead of failing (vq_configure, which inserts with ON
+-- CONFLICT, is a function call and goes on as before).
+CREATE FUNCTION vq.queue_default_restored() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    UPDATE vq.queue q
+       SET sleep_delay_ms = NEW.sleep_delay_ms, max_concurrent_jobs = NEW.max_concurrent_jobs,
+           backoff_strategy = NEW.backoff_strategy, backoff_base_delay_ms = NEW.backoff_base_delay_ms,
+           backoff_max_delay_ms = NEW.backoff_max_delay_ms, instances = NEW.instances,
+           paused = NEW.paused, created_at = NEW.created_at, updated_at = NEW.updated_at
+     WHERE q.name OPERATOR(pg_catalog.=) NEW.name;
+    IF FOUND THEN
+        RETURN NULL;
+    END IF;
+    RETURN NEW;
+END
+$$;
+REVOKE ALL ON FUNCTION vq.queue_default_restored() FROM PUBLIC;
+CREATE TRIGGER queue_default_restored BEFORE INSERT ON vq.queue
+    FOR EACH ROW WHEN (NEW.name OPERATOR(pg_catalog.=) 'default' AND vq.loading_rows())
+    EXECUTE FUNCTION vq.queue_default_restored();
 
 ------------------------------------------------------------------------------
 -- Privileges: nobody but the owner writes these tables directly. Configuration is
@@ -362,8 +399,9 @@ GRANT SELECT ON vq.job_transition TO PUBLIC;
 -- vq_fail, vq_redrive, ...; a handler's own code) calls no transition listener or
 -- interceptor there: it queues one row here, in its own transaction, with the names of the
 -- callbacks subscribed to it and what they receive as it was then; an executor calls them
--- after the commit and deletes the row in the transaction that calls them. Closed to PUBLIC
--- (the rows carry other roles' jobs).
+-- after the commit and deletes the row in the transaction that calls them. Its rows carry
+-- other roles' jobs: no role but a superuser sees them (readable under row security only so
+-- that pg_dump by another role reads it, empty).
 CREATE TABLE vq.callback_event (
     id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     execution_id    uuid NOT NULL,
@@ -382,6 +420,9 @@ CREATE TABLE vq.callback_event (
         ELSE (context).execution_id IS NOT NULL END)
 );
 REVOKE ALL ON vq.callback_event FROM PUBLIC;
+GRANT SELECT ON vq.callback_event TO PUBLIC;
+ALTER TABLE vq.callback_event ENABLE ROW LEVEL SECURITY;
+CREATE POLICY callback_event_visible_to_nobody ON vq.callback_event FOR SELECT USING (false);
 -- queued calls survive pg_dump / restore (with their ids: the sequence too)
 SELECT pg_catalog.pg_extension_config_dump('vq.callback_event', '');
 SELECT pg_catalog.pg_extension_config_dump('vq.callback_event_id_seq', '');
@@ -394,6 +435,36 @@ CREATE POLICY job_log_visible_to_enqueuer ON vq.job_log FOR SELECT
 ALTER TABLE vq.outbox ENABLE ROW LEVEL SECURITY;
 CREATE POLICY outbox_visible_to_publisher ON vq.outbox FOR SELECT
     USING (pg_catalog.pg_has_role(CURRENT_USER, published_by, 'USAGE'));
+
+-- pg_dump reads every table above (and the sequences' positions) as the role that dumps: so that
+-- a role that is no superuser, such as the database's owner, can dump the database, it may read
+-- them all, with what it sees limited by row security (pg_dump --enable-row-security): the
+-- configuration, the interceptors and listeners that run functions it owns (through its roles),
+-- and the jobs, history, logs, outbox rows and job_id windows of the roles it is a member of.
+-- The partitions show what vq.job shows.
+GRANT SELECT ON vq.interceptor, vq.transition_listener, vq.job_active, vq.job_finished, vq.job_id_window
+    TO PUBLIC;
+ALTER TABLE vq.interceptor ENABLE ROW LEVEL SECURITY;
+CREATE POLICY interceptor_visible_to_function_owner ON vq.interceptor FOR SELECT
+    USING ((on_dispatch IS NULL OR pg_catalog.pg_has_role(CURRENT_USER,
+                (SELECT p.proowner FROM pg_catalog.pg_proc p WHERE p.oid OPERATOR(pg_catalog.=) on_dispatch), 'USAGE'))
+           AND (on_complete IS NULL OR pg_catalog.pg_has_role(CURRENT_USER,
+                (SELECT p.proowner FROM pg_catalog.pg_proc p WHERE p.oid OPERATOR(pg_catalog.=) on_complete), 'USAGE')));
+ALTER TABLE vq.transition_listener ENABLE ROW LEVEL SECURITY;
+CREATE POLICY transition_listener_visible_to_function_owner ON vq.transition_listener FOR SELECT
+    USING (fn IS NOT NULL AND pg_catalog.pg_has_role(CURRENT_USER,
+                (SELECT p.proowner FROM pg_catalog.pg_proc p WHERE p.oid OPERATOR(pg_catalog.=) fn), 'USAGE'));
+GRANT SELECT ON SEQUENCE vq.job_transition_data_id_seq, vq.job_log_id_seq, vq.outbox_id_seq,
+    vq.callback_event_id_seq TO PUBLIC;
+ALTER TABLE vq.job_active ENABLE ROW LEVEL SECURITY;
+CREATE POLICY job_active_visible_as_job ON vq.job_active FOR SELECT
+    USING (EXISTS (SELECT 1 FROM vq.job j WHERE j.execution_id OPERATOR(pg_catalog.=) job_active.execution_id));
+ALTER TABLE vq.job_finished ENABLE ROW LEVEL SECURITY;
+CREATE POLICY job_finished_visible_as_job ON vq.job_finished FOR SELECT
+    USING (EXISTS (SELECT 1 FROM vq.job j WHERE j.execution_id OPERATOR(pg_catalog.=) job_finished.execution_id));
+ALTER TABLE vq.job_id_window ENABLE ROW LEVEL SECURITY;
+CREATE POLICY job_id_window_visible_to_enqueuer ON vq.job_id_window FOR SELECT
+    USING (pg_catalog.pg_has_role(CURRENT_USER, enqueued_by, 'USAGE'));
 
 ------------------------------------------------------------------------------
 -- Registry cache invalidation: a change to queues, handlers or overrides invalidates
@@ -423,6 +494,8 @@ CREATE TRIGGER transition_listener_registry_changed AFTER INSERT OR UPDATE OR DE
 -- Transition listeners are called from these row triggers; their WHEN clause costs a cached
 -- flag per transition while no listener is registered. A stored transition fires the first;
 -- a job that completed without one (ENQUEUED -> COMPLETED, implied by its finished row) the second.
+-- A restore's COPY or INSERT of history rows fires neither: it changes no state (and what the
+-- listeners wrote is restored with their own tables).
 CREATE FUNCTION vq.transition_listeners_exist() RETURNS boolean
     LANGUAGE c STABLE AS 'MODULE_PATHNAME', 'vq_transition_listeners_exist';
 CREATE FUNCTION vq.transition_recorded() RETURNS trigger
@@ -432,9 +505,11 @@ CREATE FUNCTION vq.job_finished_recorded() RETURNS trigger
 REVOKE ALL ON FUNCTION vq.transition_listeners_exist(), vq.transition_recorded(), vq.job_finished_recorded()
     FROM PUBLIC;
 CREATE TRIGGER transition_listeners AFTER INSERT ON vq.job_transition_data
-    FOR EACH ROW WHEN (vq.transition_listeners_exist()) EXECUTE FUNCTION vq.transition_recorded();
+    FOR EACH ROW WHEN (vq.transition_listeners_exist() AND NOT vq.loading_rows())
+    EXECUTE FUNCTION vq.transition_recorded();
 CREATE TRIGGER completion_listeners AFTER INSERT ON vq.job_finished
-    FOR EACH ROW WHEN (NEW.state OPERATOR(pg_catalog.=) 'COMPLETED'::vq.job_state AND vq.transition_listeners_exist())
+    FOR EACH ROW WHEN (NEW.state OPERATOR(pg_catalog.=) 'COMPLETED'::vq.job_state AND vq.transition_listeners_exist()
+                       AND NOT vq.loading_rows())
     EXECUTE FUNCTION vq.job_finished_recorded();
 
 ------------------------------------------------------------------------------

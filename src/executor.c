@@ -83,6 +83,7 @@
 #include "pullpos.h"
 #include "pool.h"
 #include "relay.h"
+#include "restore.h"
 #include "retention.h"
 #include "roles.h"
 #include "spi_util.h"
@@ -937,6 +938,28 @@ SetUpExecutor(Datum arg)
 	return true;
 }
 
+/*
+ * A session restores into this database (restore.c): claim, relay, rescue
+ * and delete nothing, look after the extension only, and wait (the end of the
+ * restore sets our latch).
+ */
+static void
+WaitForRestore(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (extension_generation_seen != pg_atomic_read_u64(&VqMyDatabaseSlot->extension_generation) ||
+		TimestampDifferenceExceeds(last_extension_check, now, EXTENSION_CHECK_INTERVAL_MS))
+	{
+		VqBeginTransaction();
+		CheckExtension(now);	/* exits if it is gone */
+		VqCommitTransaction();
+	}
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					 EXTENSION_CHECK_INTERVAL_MS, PG_WAIT_EXTENSION);
+	ResetLatch(MyLatch);
+}
+
 /* Entry point of an executor process; arg packs the database OID and the executor number. */
 void
 vq_executor_main(Datum arg)
@@ -954,6 +977,11 @@ vq_executor_main(Datum arg)
 			(started_always_running ||
 			 TimestampDifferenceExceeds(last_work, GetCurrentTimestamp(), EXTRA_EXECUTOR_IDLE_MS)))
 			break;				/* the pool was made smaller; or started on demand, and idle */
+		if (!VqRestoreCycleBegins())
+		{
+			WaitForRestore();
+			continue;
+		}
 		ReadWakeCounters();
 		found_work = PollCycle();	/* exits the process if the extension is gone */
 		if (found_work)
@@ -968,6 +996,7 @@ vq_executor_main(Datum arg)
 			VqVacuumJobTable(last_retention);
 			VqCompactJobTable(last_retention);
 		}
+		VqRestoreCycleEnds();
 		if (!found_work)
 			SleepUntilWork();
 	}

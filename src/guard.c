@@ -13,6 +13,10 @@
  *
  * DROP EXTENSION vq_job: at commit, the executors are woken to look for the
  * extension at once, find it gone and exit.
+ *
+ * The hook also passes statements on: to session.c and rolejobs.c, a COPY
+ * into vq_job's tables to restore.c (a restore), and PREPARE TRANSACTION /
+ * COMMIT PREPARED / ROLLBACK PREPARED to prepared.c.
  */
 #include "postgres.h"
 
@@ -32,6 +36,8 @@
 #include "rolejobs.h"
 #include "session.h"
 #include "launcher.h"
+#include "prepared.h"
+#include "restore.h"
 #include "wakeup.h"
 
 static ProcessUtility_hook_type prev_process_utility = NULL;
@@ -170,6 +176,9 @@ VqProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 
 	VqSessionNoteStatement(stmt);
 	VqCheckDropRole(stmt);
+	VqRestoreNoteStatement(stmt);
+	if (IsA(stmt, TransactionStmt))
+		VqPreparedStatementBegins((TransactionStmt *) stmt);
 	if (OidIsValid(dboid))
 		VqRequestStop(dboid);
 	if (DropsThisExtension(stmt))
@@ -187,6 +196,9 @@ VqProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 		prev_process_utility(pstmt, queryString, readOnlyTree, context, params, queryEnv, dest, qc);
 	else
 		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context, params, queryEnv, dest, qc);
+	/* (COMMIT PREPARED: committed, its invalidations sent and its locks released by now) */
+	if (IsA(stmt, TransactionStmt))
+		VqPreparedStatementDone((TransactionStmt *) stmt);
 }
 
 /* Install the utility hook (from _PG_init). */

@@ -29,6 +29,11 @@
  *    the slot's lock: executors advance them after a claim, and every commit
  *    that makes a job ENQUEUED lowers them (claimpos.c).
  *  - slot->executors[i]: executor i only (see VqExecutorSlot).
+ *
+ * Two segments of their own: the prepared transactions' wake-up notes
+ * (prepared.c: written and taken by the sessions that prepare and finish
+ * them, under its lock) and the sessions restoring into a database
+ * (restore.c: each writes its own entry, under its lock; executors read).
  */
 #ifndef VQ_SHMEM_H
 #define VQ_SHMEM_H

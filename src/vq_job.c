@@ -20,7 +20,9 @@
 #include "context.h"
 #include "guard.h"
 #include "launcher.h"
+#include "prepared.h"
 #include "registry.h"
+#include "restore.h"
 #include "shmem.h"
 #include "vq_job.h"
 
@@ -189,6 +191,8 @@ _PG_init(void)
 	VqRegistryInit();
 	VqLauncherInit();
 	VqGuardInit();
+	VqPreparedInit();
+	VqRestoreInit();
 }
 
 /* Error (VQ012) when a jsonb value is larger than limit bytes, uncompressed. */

@@ -4,9 +4,9 @@
  * A transaction notes what it made due (a job now or at a future time,
  * outbox rows, the extension created or dropped); when it commits, one
  * callback moves the database slot's counters and sets latches. Nothing
- * happens on abort or PREPARE (the executors find prepared work at their next
- * poll), and the enqueuing transaction takes no NOTIFY lock, so enqueue keeps
- * INSERT speed.
+ * happens on abort; PREPARE TRANSACTION hands the notes to prepared.c, which
+ * acts on them when COMMIT PREPARED succeeds. The enqueuing transaction takes
+ * no NOTIFY lock, so enqueue keeps INSERT speed.
  *
  * The callback runs in the last resource-release phase of the top-level
  * commit, not at XACT_EVENT_COMMIT: PostgreSQL sends the transaction's catalog
@@ -30,6 +30,7 @@
 
 #include "claimpos.h"
 #include "launcher.h"
+#include "prepared.h"
 #include "shmem.h"
 #include "wakeup.h"
 
@@ -226,7 +227,32 @@ WakeupReleaseCallback(ResourceReleasePhase phase, bool isCommit, bool isTopLevel
 	ForgetNotes();
 }
 
-/* PREPARE TRANSACTION: the prepared work is found at the next poll; nothing to do at its end. */
+/* This transaction's notes, as a prepared transaction keeps them (more levels than fit: forget the positions). */
+static void
+CopyNotes(VqWakeNotes *notes)
+{
+	memset(notes, 0, sizeof(VqWakeNotes));
+	notes->forget_positions = forget_positions_at_commit || n_noted_levels > VQ_PREPARED_LEVELS;
+	for (int i = 0; i < n_noted_levels && !notes->forget_positions; i++)
+	{
+		strlcpy(notes->levels[i].queue, noted_levels[i].queue, VQ_NAME_MAX + 1);
+		notes->levels[i].priority = noted_levels[i].priority;
+		notes->levels[i].scheduled_at = noted_levels[i].scheduled_at;
+		notes->nlevels = i + 1;
+	}
+	notes->due = due_at_commit;
+	notes->queue_hint = queue_hint_at_commit;
+	notes->next_due = next_due_at_commit;
+	notes->relay = relay_at_commit;
+	notes->relay_low_id = relay_low_id_at_commit;
+	notes->extension_changed = extension_changed_at_commit;
+}
+
+/*
+ * PREPARE TRANSACTION: the notes go to prepared.c, which acts on them when
+ * COMMIT PREPARED succeeds; nothing happens at this transaction's own end
+ * but the lifting of a stop request.
+ */
 static void
 WakeupXactCallback(XactEvent event, void *arg)
 {
@@ -234,7 +260,10 @@ WakeupXactCallback(XactEvent event, void *arg)
 	{
 		bool		resume = resume_at_end;
 		Oid			database = resume_database;
+		VqWakeNotes notes;
 
+		CopyNotes(&notes);
+		VqPreparedKeepNotes(&notes);
 		ForgetNotes();
 		resume_at_end = resume;
 		resume_database = database;
@@ -387,4 +416,78 @@ vq_launcher_wakeup(PG_FUNCTION_ARGS)
 {
 	VqWakeOnExtensionChangeAtCommit();
 	PG_RETURN_VOID();
+}
+
+/* Register this backend's end-of-transaction callbacks now (see wakeup.h). */
+void
+VqWakeupRegister(void)
+{
+	RegisterCallbacks();
+}
+
+/* Note that everything must be looked at: jobs and outbox rows anywhere in claim order, any due time. */
+static void
+NoteEverything(void)
+{
+	forget_positions_at_commit = true;
+	due_at_commit = true;
+	relay_at_commit = true;
+	next_due_at_commit = Min(next_due_at_commit, GetCurrentTimestamp());	/* passed: look it up again */
+}
+
+/* At commit: jobs, outbox rows or due times arrived unnoted (see wakeup.h). */
+void
+VqLookAtEverythingAtCommit(void)
+{
+	RegisterCallbacks();
+	NoteEverything();
+}
+
+/*
+ * COMMIT PREPARED succeeded (see wakeup.h). The prepared transaction is
+ * committed and visible, its invalidations were sent and its locks released
+ * by then, as at the point of a commit where the notes are acted on; the
+ * transaction that runs COMMIT PREPARED (never in a transaction block) has
+ * noted nothing of its own.
+ */
+void
+VqWakeForCommitPrepared(const VqWakeNotes *notes)
+{
+	RegisterCallbacks();
+	if (notes == NULL)
+		NoteEverything();
+	else
+	{
+		for (int i = 0; i < notes->nlevels; i++)
+			NoteLevel(notes->levels[i].queue, notes->levels[i].priority, notes->levels[i].scheduled_at);
+		forget_positions_at_commit |= notes->forget_positions;
+		due_at_commit |= notes->due;
+		if (notes->queue_hint != 0)
+			queue_hint_at_commit = notes->queue_hint;
+		next_due_at_commit = Min(next_due_at_commit, notes->next_due);
+		relay_at_commit |= notes->relay;
+		relay_low_id_at_commit = Min(relay_low_id_at_commit, notes->relay_low_id);
+		extension_changed_at_commit |= notes->extension_changed;
+	}
+	WakeupReleaseCallback(RESOURCE_RELEASE_AFTER_LOCKS, true, true, NULL);
+}
+
+/* Forget the positions, make every due time and the relay worth a look, and wake every executor. */
+static void
+WakeAllForRestore(VqDatabaseSlot *slot, void *arg)
+{
+	VqClaimPositionsForget(slot);	/* (the slot's lock is held exclusively) */
+	LowerNextDue(slot, GetCurrentTimestamp());
+	pg_atomic_fetch_add_u64(&slot->relay_wake_count, 1);
+	pg_atomic_fetch_add_u64(&slot->wake_count, 1);
+	for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
+		if (slot->executors[i].pid != 0 && slot->executors[i].latch != NULL)
+			SetLatch(slot->executors[i].latch);
+}
+
+/* A restore into this database ended (see wakeup.h). */
+void
+VqWakeAfterRestore(Oid dboid)
+{
+	(void) VqWithDatabaseSlot(dboid, LW_EXCLUSIVE, WakeAllForRestore, NULL);
 }

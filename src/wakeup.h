@@ -9,8 +9,11 @@
 
 #include "utils/timestamp.h"
 
+#include "vq_job.h"
+
 /*
- * At the commit of this transaction (nothing on abort or PREPARE): jobs of
+ * At the commit of this transaction (nothing on abort; a prepared transaction's
+ * at its COMMIT PREPARED, see prepared.c): jobs of
  * (queue, priority) become ENQUEUED, due at scheduled_at or later. The claim
  * positions of that level are lowered (claimpos.c); unless wake is false (a
  * paused queue), the executors are woken when the jobs are due.
@@ -49,5 +52,44 @@ extern void VqWakeExecutors(Oid dboid, bool due_now, TimestampTz next_due, uint3
 
 /* Now: wake the launcher. */
 extern void VqWakeLauncher(void);
+
+/* Claim levels a prepared transaction's notes keep (with more, its commit forgets every position). */
+#define VQ_PREPARED_LEVELS 4
+
+/* What a transaction noted for its commit, as PREPARE TRANSACTION hands it on (prepared.c). */
+typedef struct VqWakeNotes
+{
+	int			nlevels;
+	struct
+	{
+		char		queue[VQ_NAME_MAX + 1];
+		int32		priority;
+		TimestampTz scheduled_at;
+	}			levels[VQ_PREPARED_LEVELS];
+	bool		forget_positions;
+	bool		due;
+	uint32		queue_hint;
+	TimestampTz next_due;
+	bool		relay;
+	int64		relay_low_id;
+	bool		extension_changed;
+} VqWakeNotes;
+
+/* Register this backend's end-of-transaction callbacks now (a PREPARE TRANSACTION is coming). */
+extern void VqWakeupRegister(void);
+
+/*
+ * COMMIT PREPARED succeeded: act now on what that transaction noted, as its
+ * own commit would have (notes NULL: they were lost, e.g. by a restart since
+ * the PREPARE: this database's executors forget their claim positions and
+ * look at everything).
+ */
+extern void VqWakeForCommitPrepared(const VqWakeNotes *notes);
+
+/* At commit: jobs, outbox rows or due times arrived unnoted: forget the positions, look at everything. */
+extern void VqLookAtEverythingAtCommit(void);
+
+/* Now: a restore into this database ended: its executors forget their positions and look at everything. */
+extern void VqWakeAfterRestore(Oid dboid);
 
 #endif							/* VQ_WAKEUP_H */

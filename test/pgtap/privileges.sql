@@ -10,7 +10,7 @@ CREATE EXTENSION IF NOT EXISTS vq_job;
 RESET client_min_messages;
 
 BEGIN;
-SELECT plan(96);
+SELECT plan(99);
 
 -- Fixtures. Jobs are scheduled far ahead so that no worker runs them during the test.
 CREATE ROLE tap_a;
@@ -71,7 +71,13 @@ SELECT set_eq($$
     ('relation vq.handler_settings SELECT'),
     ('relation vq.job SELECT'), ('relation vq.job_transition SELECT'), ('relation vq.job_transition_data SELECT'),
     ('relation vq.job_log SELECT'), ('relation vq.outbox SELECT'),
-    ('relation vq.running_jobs SELECT'), ('relation vq.queue_stats SELECT'), ('relation vq.dead_letters SELECT')
+    ('relation vq.running_jobs SELECT'), ('relation vq.queue_stats SELECT'), ('relation vq.dead_letters SELECT'),
+    -- what pg_dump reads, so that a role that is no superuser can dump (rows under row security)
+    ('relation vq.interceptor SELECT'), ('relation vq.transition_listener SELECT'),
+    ('relation vq.job_active SELECT'), ('relation vq.job_finished SELECT'), ('relation vq.job_id_window SELECT'),
+    ('relation vq.callback_event SELECT'),
+    ('sequence vq.job_transition_data_id_seq'), ('sequence vq.job_log_id_seq'), ('sequence vq.outbox_id_seq'),
+    ('sequence vq.callback_event_id_seq')
   $$, 'PUBLIC may use exactly the allow-listed objects of vq_job');
 
 ------------------------------------------------------------------------------
@@ -227,12 +233,14 @@ SELECT is_empty($$
   $$, 'every SQL and PL/pgSQL function of vq_job pins a search_path of pg_catalog, vq and (last) pg_temp only');
 
 ------------------------------------------------------------------------------
--- Row-level security (1 + 5 = 6)
+-- Row-level security (1 + 8 = 9)
 ------------------------------------------------------------------------------
 SELECT is_empty($$SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-                   WHERE n.nspname = 'vq' AND c.relname IN ('job', 'job_transition_data', 'job_log', 'outbox')
+                   WHERE n.nspname = 'vq' AND c.relname IN ('job', 'job_active', 'job_finished', 'job_transition_data',
+                                                            'job_log', 'outbox', 'job_id_window', 'interceptor',
+                                                            'transition_listener', 'callback_event')
                      AND NOT c.relrowsecurity$$,
-                'row-level security is enabled on job, job_transition_data, job_log and outbox');
+                'row-level security is enabled on the tables of jobs, history, logs, outbox rows, job_id windows and callbacks');
 -- Jobs of tap_a, tap_b and tap_c (a member of tap_a); tap_admin enqueues nothing.
 GRANT tap_a TO tap_c;
 SET ROLE tap_a;
@@ -240,7 +248,7 @@ SELECT count(vq_enqueue('tap_h', '{}', '2999-01-01', job_id => j)) AS a_jobs FRO
 SET ROLE tap_b;
 SELECT vq_enqueue('tap_h', '{}', '2999-01-01', job_id => 'tap-b-1') AS b_job \gset
 SET ROLE tap_c;
-SELECT vq_enqueue('tap_h', '{}', '2999-01-01', job_id => 'tap-c-1') AS c_job \gset
+SELECT vq_enqueue('tap_h', '{}', '2999-01-01', job_id => 'tap-c-1', unique_for => interval '1 day') AS c_job \gset
 RESET ROLE;
 
 SET ROLE tap_a;
@@ -257,6 +265,13 @@ SELECT results_eq($$SELECT job_id FROM vq.job WHERE handler = 'tap_h' ORDER BY j
                   'tap_c, a member of tap_a, sees tap_a''s jobs and its own');
 SET ROLE tap_admin;
 SELECT is_empty($$SELECT 1 FROM vq.job WHERE handler = 'tap_h'$$, 'a role that enqueued nothing sees nothing');
+-- the partitions and the windows, read directly (as pg_dump does), show what vq.job shows
+SET ROLE tap_a;
+SELECT results_eq($$SELECT job_id FROM vq.job_active WHERE handler = 'tap_h' ORDER BY job_id$$,
+                  ARRAY['tap-a-1', 'tap-a-2'], 'tap_a sees only its own jobs in vq.job_active');
+SELECT is_empty($$SELECT 1 FROM vq.job_id_window$$, 'tap_a sees no job_id window of tap_c, its member');
+SET ROLE tap_c;
+SELECT results_eq($$SELECT job_id FROM vq.job_id_window$$, ARRAY['tap-c-1'], 'tap_c sees its own job_id window');
 RESET ROLE;
 SELECT is((SELECT count(*) FROM vq.job WHERE handler = 'tap_h'), 4::bigint, 'the superuser sees every job');
 
