@@ -450,11 +450,12 @@ COMMENT ON FUNCTION vq_enqueue_many(text, jsonb[], timestamptz, text, integer, i
     IS 'enqueue one job per payload in one statement; returns the execution_ids in order';
 
 ------------------------------------------------------------------------------
--- Durable context bound to the session; merged into the metadata of every job enqueued.
+-- Durable context bound to the session, or (is_local) to the rest of the transaction, as
+-- set_config(name, value, is_local) has it; merged into the metadata of every job enqueued.
 ------------------------------------------------------------------------------
-CREATE FUNCTION vq_context_set(namespace text, value jsonb) RETURNS void
+CREATE FUNCTION vq_context_set(namespace text, value jsonb, is_local boolean DEFAULT false) RETURNS void
     LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'vq_context_set';
-CREATE FUNCTION vq_context_clear(namespace text DEFAULT NULL) RETURNS void
+CREATE FUNCTION vq_context_clear(namespace text DEFAULT NULL, is_local boolean DEFAULT false) RETURNS void
     LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'vq_context_clear';
 CREATE FUNCTION vq_context() RETURNS jsonb
     LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'vq_context';

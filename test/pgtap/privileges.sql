@@ -53,7 +53,7 @@ SELECT set_eq($$
     ('function vq_enqueue_many(text,jsonb[],timestamp with time zone,text,integer,integer,text[],jsonb)'),
     ('function vq_resolve_target(text)'), ('function vq_supported_target_ids()'),
     ('function vq_backoff_delay(text,integer,integer,integer)'),
-    ('function vq_context()'), ('function vq_context_clear(text)'), ('function vq_context_set(text,jsonb)'),
+    ('function vq_context()'), ('function vq_context_clear(text,boolean)'), ('function vq_context_set(text,jsonb,boolean)'),
     ('function vq_outbox_publish(text,jsonb,timestamp with time zone,jsonb)'),
     ('function vq_outbox_publish_to(text,text,jsonb,timestamp with time zone,jsonb)'),
     -- inside a handler
@@ -130,8 +130,8 @@ SELECT is(has_function_privilege('public', f, 'EXECUTE'), may,
     ('vq_resolve_target(text)', true),
     ('vq_supported_target_ids()', true),
     ('vq_backoff_delay(text, integer, integer, integer)', true),
-    ('vq_context_set(text, jsonb)', true),
-    ('vq_context_clear(text)', true),
+    ('vq_context_set(text, jsonb, boolean)', true),
+    ('vq_context_clear(text, boolean)', true),
     ('vq_context()', true)) AS v(f, may);
 SELECT is_empty($$
     SELECT p.oid::regprocedure::text

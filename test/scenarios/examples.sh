@@ -29,10 +29,9 @@ set -euo pipefail
 
 EX="$VQ_REPO_ROOT/examples"
 PY=/usr/bin/python3           # Debian's, which has python3-psycopg (not the first python3 on PATH)
-BOUNCER_PORT=56200            # names pgbouncer's socket, in a directory of its own: cannot collide
+EX_BOUNCER_PORT=56200         # names pgbouncer's socket, in a directory of its own: cannot collide
 TMPD="$(mktemp -d /tmp/vq_examples.XXXXXX)"
 declare -A BG_PID=()
-BOUNCER_DIR=""
 
 cleanup() {
     local rc=$? name
@@ -203,51 +202,9 @@ for lang in "${LANGS[@]}"; do
     N_ORDERS=$((N_ORDERS + 1))
 done
 
-# bouncer_start: a pgbouncer (as postgres: it refuses root) on a unix socket of its own (a TCP
-# port could be taken by anything on the machine), transaction pooling, one server connection
-# per database and user.
-bouncer_start() {
-    BOUNCER_DIR="$TMPD/pgbouncer"
-    mkdir "$BOUNCER_DIR"
-    printf '"shop_app" ""\n"postgres" ""\n' >"$BOUNCER_DIR/users.txt"
-    cat >"$BOUNCER_DIR/pgbouncer.ini" <<EOF
-[databases]
-* = host=$PGHOST port=$PGPORT
-[pgbouncer]
-listen_port = $BOUNCER_PORT
-unix_socket_dir = $BOUNCER_DIR
-auth_type = trust
-auth_file = $BOUNCER_DIR/users.txt
-pool_mode = transaction
-default_pool_size = 1
-max_client_conn = 20
-logfile = $BOUNCER_DIR/pgbouncer.log
-pidfile = $BOUNCER_DIR/pgbouncer.pid
-EOF
-    chown -R postgres:postgres "$BOUNCER_DIR"
-    chmod 755 "$TMPD"
-    vq_as_pg "$PGBOUNCER" -d "$BOUNCER_DIR/pgbouncer.ini" ||
-        fail "pgbouncer did not start: $(tail -n 20 "$BOUNCER_DIR/pgbouncer.log" 2>/dev/null)"
-    PGHOST="$BOUNCER_DIR" PGPORT="$BOUNCER_PORT" wait_ready 10
-}
-
-# bouncer_stop: stop the pgbouncer bouncer_start started (by the pid in its pidfile).
-bouncer_stop() {
-    local pid i
-    [[ -n "$BOUNCER_DIR" && -s "$BOUNCER_DIR/pgbouncer.pid" ]] || return 0
-    pid="$(cat "$BOUNCER_DIR/pgbouncer.pid")"
-    kill -TERM "$pid" 2>/dev/null || return 0
-    for ((i = 0; i < 250; i++)); do
-        kill -0 "$pid" 2>/dev/null || return 0
-        sleep 0.02
-    done
-    echo "WARNING: pgbouncer $pid did not stop within 5 s" >&2
-    return 1
-}
-
 if [[ -n "$PGBOUNCER" ]]; then
     log "2. orders through PgBouncer in transaction pooling mode"
-    bouncer_start
+    bouncer_start "$TMPD/pgbouncer" "$EX_BOUNCER_PORT" "shop_app postgres" "* = host=$PGHOST port=$PGPORT"
     for lang in "${LANGS[@]}"; do
         example "$lang" orders
         out="$(PGHOST="$BOUNCER_DIR" PGPORT="$BOUNCER_PORT" PGUSER=shop_app "${EXAMPLE_CMD[@]}" "$lang-bouncer")" ||
