@@ -1493,26 +1493,120 @@ BEGIN
 END
 $$;
 
--- Prometheus-style metric lines for the jobs the caller may see.
+------------------------------------------------------------------------------
+-- Counts for monitoring. Rows of vq.job and vq.outbox (payloads, metadata, errors) are visible
+-- per role; their counts are visible to every job to pg_monitor members and to roles an
+-- administrator grants EXECUTE on vq.all_job_counts() / vq.all_outbox_counts(), and to
+-- everyone else over the rows they may see. Every count says which it is (scope 'all' or
+-- 'own'), so that zeros are never silently partial.
+------------------------------------------------------------------------------
+-- Per queue (every queue of vq.queue): its jobs by state, when its oldest due job was due and
+-- its completions of the last minute, over the jobs of vq.job the caller may see. One scan of
+-- vq.job; counts only (count(*), not count(j.*): no row is formed for them).
+CREATE FUNCTION vq.visible_job_counts(
+    OUT queue text, OUT paused boolean, OUT due bigint, OUT scheduled bigint, OUT running bigint,
+    OUT completed bigint, OUT dead_letter bigint, OUT cancelled bigint,
+    OUT oldest_due_at timestamptz, OUT completed_last_minute bigint)
+RETURNS SETOF record
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT q.name, q.paused,
+           count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'ENQUEUED' AND j.scheduled_at OPERATOR(pg_catalog.<=) pg_catalog.now()),
+           count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'ENQUEUED' AND j.scheduled_at OPERATOR(pg_catalog.>) pg_catalog.now()),
+           count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'RUNNING'),
+           count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'COMPLETED'),
+           count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'DEAD_LETTER'),
+           count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'CANCELLED'),
+           pg_catalog.min(j.scheduled_at) FILTER (
+               WHERE j.state OPERATOR(pg_catalog.=) 'ENQUEUED' AND j.scheduled_at OPERATOR(pg_catalog.<=) pg_catalog.now()),
+           count(*) FILTER (WHERE j.finished_at OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 minute')
+                              AND j.state OPERATOR(pg_catalog.=) 'COMPLETED')
+      FROM vq.queue q
+      LEFT JOIN vq.job j ON j.queue OPERATOR(pg_catalog.=) q.name
+     GROUP BY q.name, q.paused
+$$;
+
+-- The same over every job: as the extension owner, whom row security does not filter.
+CREATE FUNCTION vq.all_job_counts(
+    OUT queue text, OUT paused boolean, OUT due bigint, OUT scheduled bigint, OUT running bigint,
+    OUT completed bigint, OUT dead_letter bigint, OUT cancelled bigint,
+    OUT oldest_due_at timestamptz, OUT completed_last_minute bigint)
+RETURNS SETOF record
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT * FROM vq.visible_job_counts() $$;
+
+-- Outbox rows by status: those the caller may see, and (as the owner) all of them.
+CREATE FUNCTION vq.visible_outbox_counts(OUT status text, OUT n bigint) RETURNS SETOF record
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT o.status, count(*) FROM vq.outbox o GROUP BY o.status $$;
+
+CREATE FUNCTION vq.all_outbox_counts(OUT status text, OUT n bigint) RETURNS SETOF record
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT * FROM vq.visible_outbox_counts() $$;
+
+REVOKE ALL ON FUNCTION vq.all_job_counts(), vq.all_outbox_counts() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION vq.all_job_counts(), vq.all_outbox_counts() TO pg_monitor;
+
+-- What the caller may count: every job with EXECUTE on vq.all_job_counts() (scope 'all'),
+-- else the jobs it may see (scope 'own'). Decided here, as the caller: a plain query naming
+-- both functions would need EXECUTE on both.
+CREATE FUNCTION vq.job_counts(
+    OUT queue text, OUT paused boolean, OUT due bigint, OUT scheduled bigint, OUT running bigint,
+    OUT completed bigint, OUT dead_letter bigint, OUT cancelled bigint,
+    OUT oldest_due_at timestamptz, OUT completed_last_minute bigint, OUT scope text)
+RETURNS SETOF record
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF pg_catalog.has_function_privilege('vq.all_job_counts()', 'EXECUTE') THEN
+        RETURN QUERY SELECT c.*, 'all'::text FROM vq.all_job_counts() c;
+    ELSE
+        RETURN QUERY SELECT c.*, 'own'::text FROM vq.visible_job_counts() c;
+    END IF;
+END
+$$;
+
+-- The same for outbox rows (EXECUTE on vq.all_outbox_counts()).
+CREATE FUNCTION vq.outbox_counts(OUT status text, OUT n bigint, OUT scope text) RETURNS SETOF record
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF pg_catalog.has_function_privilege('vq.all_outbox_counts()', 'EXECUTE') THEN
+        RETURN QUERY SELECT c.*, 'all'::text FROM vq.all_outbox_counts() c;
+    ELSE
+        RETURN QUERY SELECT c.*, 'own'::text FROM vq.visible_outbox_counts() c;
+    END IF;
+END
+$$;
+
+-- Prometheus-style metric lines, each labelled with the scope of its count (see vq.job_counts).
+-- vq.job is scanned once (the CTE is evaluated once).
 CREATE FUNCTION vq_metrics() RETURNS SETOF text
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT format('vq_jobs{queue="%s",state="%s"} %s', s.queue, st.state, st.n)
-      FROM vq.queue_stats s,
+    WITH s AS MATERIALIZED (SELECT * FROM vq.job_counts())
+    SELECT format('vq_jobs{queue="%s",state="%s",scope="%s"} %s', s.queue, st.state, s.scope, st.n)
+      FROM s,
            LATERAL (VALUES ('due', s.due), ('scheduled', s.scheduled), ('running', s.running),
                            ('completed', s.completed), ('dead_letter', s.dead_letter),
                            ('cancelled', s.cancelled)) AS st(state, n)
     UNION ALL
-    SELECT format('vq_oldest_due_seconds{queue="%s"} %s', s.queue,
-                  coalesce(round(extract(epoch FROM s.oldest_due_age)::numeric, 3), 0))
-      FROM vq.queue_stats s
+    SELECT format('vq_oldest_due_seconds{queue="%s",scope="%s"} %s', s.queue, s.scope,
+                  coalesce(round(extract(epoch FROM pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_due_at)::numeric, 3), 0))
+      FROM s
     UNION ALL
-    SELECT format('vq_completed_last_minute{queue="%s"} %s', s.queue, s.completed_last_minute)
-      FROM vq.queue_stats s
+    SELECT format('vq_completed_last_minute{queue="%s",scope="%s"} %s', s.queue, s.scope, s.completed_last_minute)
+      FROM s
     UNION ALL
-    SELECT format('vq_outbox_rows{status="%s"} %s', o.status, count(*))
-      FROM vq.outbox o GROUP BY o.status;
+    SELECT format('vq_outbox_rows{status="%s",scope="%s"} %s', o.status, o.scope, o.n)
+      FROM vq.outbox_counts() o;
 $$;
 
 REVOKE ALL ON FUNCTION vq_redrive(uuid), vq_redrive(text, text, timestamptz), vq.redrive(uuid[]) FROM PUBLIC;
@@ -1583,23 +1677,14 @@ SELECT r.execution_id, j.job_id, r.handler, j.queue, r.attempt_number, r.started
   JOIN vq.job j ON j.execution_id OPERATOR(pg_catalog.=) r.execution_id;
 GRANT SELECT ON vq.running_jobs TO PUBLIC;
 
--- Per queue: jobs by state, how late the oldest due job is, and what finished in the last minute.
+-- Per queue: jobs by state, how late the oldest due job is, and what finished in the last
+-- minute; scope 'all' (every job: pg_monitor and granted roles) or 'own' (the jobs the caller
+-- may see), see vq.job_counts.
 CREATE VIEW vq.queue_stats WITH (security_invoker = true) AS
-SELECT q.name AS queue,
-       q.paused,
-       count(j.*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'ENQUEUED' AND j.scheduled_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS due,
-       count(j.*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'ENQUEUED' AND j.scheduled_at OPERATOR(pg_catalog.>) pg_catalog.now()) AS scheduled,
-       count(j.*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'RUNNING') AS running,
-       count(j.*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'COMPLETED') AS completed,
-       count(j.*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'DEAD_LETTER') AS dead_letter,
-       count(j.*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'CANCELLED') AS cancelled,
-       pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.min(j.scheduled_at) FILTER (
-           WHERE j.state OPERATOR(pg_catalog.=) 'ENQUEUED' AND j.scheduled_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS oldest_due_age,
-       count(j.*) FILTER (WHERE j.finished_at OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 minute')
-                          AND j.state OPERATOR(pg_catalog.=) 'COMPLETED') AS completed_last_minute
-  FROM vq.queue q
-  LEFT JOIN vq.job j ON j.queue OPERATOR(pg_catalog.=) q.name
- GROUP BY q.name, q.paused;
+SELECT c.queue, c.paused, c.due, c.scheduled, c.running, c.completed, c.dead_letter, c.cancelled,
+       pg_catalog.now() OPERATOR(pg_catalog.-) c.oldest_due_at AS oldest_due_age,
+       c.completed_last_minute, c.scope
+  FROM vq.job_counts() c;
 GRANT SELECT ON vq.queue_stats TO PUBLIC;
 
 -- Dead-lettered jobs (nothing runs them again).

@@ -64,6 +64,10 @@ SELECT set_eq($$
     ('function vq_complete(uuid,integer)'), ('function vq_fail(uuid,text,integer)'),
     -- operations on one's own jobs (row visibility by role)
     ('function vq_cancel(uuid)'), ('function vq_metrics()'), ('function vq.running_jobs_now()'),
+    -- counts for monitoring (of the jobs and outbox rows the caller may see, or of all of them
+    -- for a caller granted vq.all_job_counts() / vq.all_outbox_counts())
+    ('function vq.job_counts()'), ('function vq.visible_job_counts()'),
+    ('function vq.outbox_counts()'), ('function vq.visible_outbox_counts()'),
     -- reading: configuration for everyone; jobs, history, logs, outbox under row security
     ('relation vq.queue SELECT'), ('relation vq.handler SELECT'), ('relation vq.contract_override SELECT'),
     ('relation vq.consumer_grant SELECT'), ('relation vq.producer_grant SELECT'),

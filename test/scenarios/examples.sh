@@ -293,12 +293,12 @@ SELECT what FROM o, LATERAL (VALUES
    (SELECT jsonb_agg(m ORDER BY m->>'name', m->>'labels') FROM jsonb_array_elements(o->'metrics') m
      WHERE m->>'name' IN ('vq_jobs', 'vq_outbox_rows'))
    = (SELECT jsonb_agg(m ORDER BY m->>'name', m->>'labels') FROM (
-        SELECT jsonb_build_object('name', 'vq_jobs', 'labels', jsonb_build_object('queue', queue, 'state', st), 'value', n) AS m
+        SELECT jsonb_build_object('name', 'vq_jobs', 'labels', jsonb_build_object('queue', queue, 'state', st, 'scope', scope), 'value', n) AS m
           FROM vq.queue_stats, LATERAL (VALUES ('due', due), ('scheduled', scheduled), ('running', running),
                 ('completed', completed), ('dead_letter', dead_letter), ('cancelled', cancelled)) s(st, n)
         UNION ALL
-        SELECT jsonb_build_object('name', 'vq_outbox_rows', 'labels', jsonb_build_object('status', status), 'value', count(*))
-          FROM vq.outbox GROUP BY status) x)),
+        SELECT jsonb_build_object('name', 'vq_outbox_rows', 'labels', jsonb_build_object('status', status, 'scope', scope), 'value', n)
+          FROM vq.outbox_counts()) x)),
   ('metrics: one vq_oldest_due_seconds and one vq_completed_last_minute per queue',
    (SELECT count(*) FILTER (WHERE m->>'name' = 'vq_oldest_due_seconds') = (SELECT count(*) FROM vq.queue)
        AND count(*) FILTER (WHERE m->>'name' = 'vq_completed_last_minute') = (SELECT count(*) FROM vq.queue)
@@ -338,8 +338,8 @@ for lang in "${LANGS[@]}"; do
           else if (!typed[name]) print "no TYPE before: " $0 }' <<<"$body")"
     [[ -z "$bad" ]] || fail "exporter ($lang): $bad"
     assert_eq 4 "$(grep -c '^# TYPE vq_[a-z_]* gauge$' <<<"$body")" "exporter ($lang): TYPE lines (4 families)"
-    grep -qx "vq_jobs{queue=\"shop_invoices\",state=\"dead_letter\"} $CONSUMED" <<<"$body" ||
-        fail "exporter ($lang): no line vq_jobs{queue=\"shop_invoices\",state=\"dead_letter\"} $CONSUMED"
+    grep -qx "vq_jobs{queue=\"shop_invoices\",state=\"dead_letter\",scope=\"own\"} $CONSUMED" <<<"$body" ||
+        fail "exporter ($lang): no line vq_jobs{queue=\"shop_invoices\",state=\"dead_letter\",scope=\"own\"} $CONSUMED"
     # the samples are vq_metrics() (but for completions leaving the last minute meanwhile)
     expect="$(PGUSER=shop_app q "SELECT line FROM vq_metrics() AS line WHERE line NOT LIKE 'vq_completed_last_minute%' ORDER BY 1")"
     assert_eq "$expect" "$(grep -v -e '^#' -e '^vq_completed_last_minute' <<<"$body" | LC_ALL=C sort)" \
