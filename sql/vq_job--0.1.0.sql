@@ -740,7 +740,9 @@ $$;
 -- Apply a configuration document atomically:
 -- {"queues": {"<name>": {"sleepDelayMs": ..., ...}}, "contracts": {"<handler>": {"maxAttempts": ..., "queue": ..., "priority": ...}}}
 -- Queues named are created or updated (fields omitted keep their value, or the default for a
--- new queue); contracts named replace that handler's override. All violations are reported at once.
+-- new queue); contracts named replace that handler's override. All violations are reported at
+-- once: VQ104 when the document is malformed (not an object, an unknown key, a value of the
+-- wrong JSON type), VQ101 when it is well formed and some value is invalid.
 CREATE FUNCTION vq_configure(config jsonb) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -750,6 +752,7 @@ DECLARE
                                    'backoffBaseDelayMs', 'backoffMaxDelayMs', 'instances'];
     ckeys constant text[] := ARRAY['maxAttempts', 'queue', 'priority'];
     v text[] := '{}';
+    malformed boolean := false;   -- a violation of the document's shape is among v (VQ104)
     k text;
     q record;
     c record;
@@ -772,11 +775,13 @@ BEGIN
     FOR q IN SELECT e.key AS name, e.value AS body FROM jsonb_each(coalesce(config -> 'queues', '{}')) e LOOP
         IF jsonb_typeof(q.body) <> 'object' THEN
             v := v || format('queue "%s": settings must be a JSON object', q.name);
+            malformed := true;
             CONTINUE;
         END IF;
         FOR k IN SELECT jsonb_object_keys(q.body) LOOP
             IF k <> ALL (qkeys) THEN
                 v := v || format('queue "%s": unknown field "%s"', q.name, k);
+                malformed := true;
             END IF;
         END LOOP;
         nums := ARRAY[]::bigint[];
@@ -785,10 +790,12 @@ BEGIN
                 nums := nums || NULL::bigint;
                 IF q.body ? k AND jsonb_typeof(q.body -> k) <> 'string' THEN
                     v := v || format('queue "%s": backoffStrategy must be a string', q.name);
+                    malformed := true;
                 END IF;
             ELSIF q.body ? k AND (jsonb_typeof(q.body -> k) <> 'number'
                                   OR (q.body ->> k) !~ '^-?[0-9]{1,18}$') THEN
                 v := v || format('queue "%s": %s must be a positive integer, got %s', q.name, k, q.body -> k);
+                malformed := malformed OR jsonb_typeof(q.body -> k) <> 'number';
                 nums := nums || NULL::bigint;
             ELSE
                 nums := nums || (q.body ->> k)::bigint;
@@ -803,20 +810,24 @@ BEGIN
     FOR c IN SELECT e.key AS name, e.value AS body FROM jsonb_each(coalesce(config -> 'contracts', '{}')) e LOOP
         IF jsonb_typeof(c.body) <> 'object' THEN
             v := v || format('contract "%s": settings must be a JSON object', c.name);
+            malformed := true;
             CONTINUE;
         END IF;
         FOR k IN SELECT jsonb_object_keys(c.body) LOOP
             IF k <> ALL (ckeys) THEN
                 v := v || format('contract "%s": unknown field "%s"', c.name, k);
+                malformed := true;
             END IF;
         END LOOP;
         IF c.body ? 'queue' AND jsonb_typeof(c.body -> 'queue') <> 'string' THEN
             v := v || format('contract "%s": queue must be a string', c.name);
+            malformed := true;
         END IF;
         FOREACH k IN ARRAY ARRAY['maxAttempts', 'priority'] LOOP
             IF c.body ? k AND (jsonb_typeof(c.body -> k) <> 'number'
                                OR (c.body ->> k) !~ '^-?[0-9]{1,9}$') THEN
                 v := v || format('contract "%s": %s must be an integer, got %s', c.name, k, c.body -> k);
+                malformed := malformed OR jsonb_typeof(c.body -> k) <> 'number';
             END IF;
         END LOOP;
         v := v || vq.override_violations(
@@ -828,7 +839,9 @@ BEGIN
                       'queue', 'maxAttempts',
                       ARRAY(SELECT jsonb_object_keys(coalesce(config -> 'queues', '{}'))));
     END LOOP;
-    PERFORM vq.raise_violations(v, 'VQ101', 'invalid configuration');
+    -- A malformed document (unknown key, wrong JSON type) is VQ104, invalid values alone VQ101;
+    -- either way the error lists every violation.
+    PERFORM vq.raise_violations(v, CASE WHEN malformed THEN 'VQ104' ELSE 'VQ101' END, 'invalid configuration');
 
 
     -- Apply queues, so contracts below may name queues created by this same call.
@@ -976,12 +989,54 @@ BEGIN
 END
 $$;
 
+-- vq_register_handlers' first step, run as its caller (called from C, not by PUBLIC): the
+-- "function" of each element of handlers resolved the way regprocedure input resolves it in
+-- the caller's own session (vq_register_handler's fn argument), with caller_search_path (the
+-- caller's search_path) and the caller's privileges: one entry per element, {"oid": ...},
+-- {"missing": true}, {"invalid": "<why>"}, or null (no "function" string to resolve).
+CREATE FUNCTION vq.handler_functions(handlers jsonb, caller_search_path text) RETURNS jsonb
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    resolved jsonb := '[]';
+    e jsonb;
+    fn regprocedure;
+BEGIN
+    IF pg_catalog.jsonb_typeof(handlers) IS DISTINCT FROM 'array' THEN
+        RETURN resolved;
+    END IF;
+    FOR e IN SELECT x FROM pg_catalog.jsonb_array_elements(handlers) x LOOP
+        IF pg_catalog.jsonb_typeof(e) OPERATOR(pg_catalog.=) 'object'
+           AND pg_catalog.jsonb_typeof(e OPERATOR(pg_catalog.->) 'function') OPERATOR(pg_catalog.=) 'string' THEN
+            BEGIN
+                -- only this lookup sees the caller's path (the function's own SET restores ours)
+                PERFORM pg_catalog.set_config('search_path', caller_search_path, true);
+                fn := pg_catalog.to_regprocedure(e OPERATOR(pg_catalog.->>) 'function');
+                PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+                e := CASE WHEN fn IS NULL THEN '{"missing": true}'::jsonb
+                          ELSE pg_catalog.jsonb_build_object('oid', fn::oid) END;
+            EXCEPTION WHEN OTHERS THEN
+                -- to_regprocedure still raises for malformed signatures and unknown types
+                e := pg_catalog.jsonb_build_object('invalid', SQLERRM);
+            END;
+        ELSE
+            e := 'null';
+        END IF;
+        resolved := resolved OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_array(e);
+    END LOOP;
+    RETURN resolved;
+END
+$$;
+
 -- Register a set of handlers at once, or none: every violation in the set is reported in
--- one error. Each element: {"name": ..., "function": "schema.fn(jsonb)" | "channel": ...,
--- "queue": ..., "priority": ..., "maxAttempts": ..., "maxRunning": ..., "uniqueFor": "<interval>"}.
--- Returns the number registered.
-CREATE FUNCTION vq_register_handlers(handlers jsonb) RETURNS integer
-LANGUAGE plpgsql SECURITY DEFINER
+-- one error. Each element: {"name": ..., "function": "fn(jsonb)" | "channel": ...,
+-- "queue": ..., "priority": ..., "maxAttempts": ..., "maxRunning": ..., "uniqueFor": "<interval>"};
+-- functions are resolved as regprocedure input does with the caller's search_path
+-- (vq.handler_functions, before this runs; functions is its result). Returns the number
+-- registered. Run by vq_register_handlers (C) as the extension owner.
+CREATE FUNCTION vq.register_handlers(handlers jsonb, functions jsonb) RETURNS integer
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -992,6 +1047,7 @@ DECLARE
     k text;
     label text;
     fn regprocedure;
+    r jsonb;
     unique_window interval;
     seen text[] := '{}';
     ok boolean;
@@ -1024,19 +1080,16 @@ BEGIN
         END IF;
         fn := NULL;
         IF h.body ? 'function' THEN
+            r := functions -> (h.pos::int - 1);
             IF jsonb_typeof(h.body -> 'function') <> 'string' THEN
                 v := v || format('%s: function must be a string such as "schema.fn(jsonb)"', label);
+            ELSIF r ? 'oid' THEN
+                fn := (r ->> 'oid')::oid;
+            ELSIF r ? 'invalid' THEN
+                v := v || format('%s: function %s is not a valid function signature (%s)',
+                                 label, h.body ->> 'function', r ->> 'invalid');
             ELSE
-                BEGIN
-                    fn := pg_catalog.to_regprocedure(h.body ->> 'function');
-                    IF fn IS NULL THEN
-                        v := v || format('%s: function %s does not exist', label, h.body ->> 'function');
-                    END IF;
-                EXCEPTION WHEN OTHERS THEN
-                    -- to_regprocedure still raises for malformed signatures and unknown types
-                    v := v || format('%s: function %s is not a valid function signature (%s)',
-                                     label, h.body ->> 'function', SQLERRM);
-                END;
+                v := v || format('%s: function %s does not exist', label, h.body ->> 'function');
             END IF;
         END IF;
         IF (h.body ->> 'name') = ANY (seen) THEN
@@ -1073,10 +1126,10 @@ BEGIN
     END LOOP;
     PERFORM vq.raise_violations(v, 'VQ102', 'handler registration failed');
 
-    FOR h IN SELECT e.value AS body FROM jsonb_array_elements(handlers) e LOOP
+    FOR h IN SELECT e.value AS body, e.ordinality AS pos FROM jsonb_array_elements(handlers) WITH ORDINALITY e LOOP
         PERFORM vq.insert_handler(h.body ->> 'name',
                                   CASE WHEN h.body ? 'function' THEN 'function' ELSE 'notify' END,
-                                  pg_catalog.to_regprocedure(h.body ->> 'function'), h.body ->> 'channel',
+                                  ((functions -> (h.pos::int - 1)) ->> 'oid')::oid::regprocedure, h.body ->> 'channel',
                                   h.body ->> 'queue', (h.body ->> 'priority')::int, (h.body ->> 'maxAttempts')::int,
                                   (h.body ->> 'maxRunning')::int, (h.body ->> 'uniqueFor')::interval);
         n := n + 1;
@@ -1084,6 +1137,11 @@ BEGIN
     RETURN n;
 END
 $$;
+
+-- Resolves the functions as the caller (vq.handler_functions), then runs vq.register_handlers
+-- as the extension owner.
+CREATE FUNCTION vq_register_handlers(handlers jsonb) RETURNS integer
+    LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'vq_register_handlers';
 
 -- Remove a handler. Jobs already enqueued for it stay and still run: each runs the function
 -- (by OID) or is announced on the channel recorded when it was enqueued, whatever is
@@ -1115,6 +1173,8 @@ REVOKE ALL ON FUNCTION vq.queue_violations(text, bigint, bigint, text, bigint, b
                        vq_register_handler(text, regprocedure, text, integer, integer, integer, interval),
                        vq_register_notify_handler(text, text, text, integer, integer, interval),
                        vq_register_handlers(jsonb),
+                       vq.handler_functions(jsonb, text),
+                       vq.register_handlers(jsonb, jsonb),
                        vq_unregister_handler(text)
        FROM PUBLIC;
 
