@@ -54,12 +54,20 @@ missing_list() {
 
 # ---------------------------------------------------------------------------
 log "1. every user function has its exact signature in the docs"
-# One line per function: "name|arguments|PUBLIC or granted", the arguments as
-# pg_get_function_arguments writes them (names, types, defaults, in order; OUT arguments too).
+# One line per function: "name|arguments|PUBLIC or granted|result", the arguments as
+# pg_get_function_arguments writes them (names, types, defaults, in order; OUT arguments too),
+# the result as the docs must write it (TABLE (...) / record (...) for OUT arguments).
 FUNCTIONS="$(q "
 SELECT CASE WHEN n.nspname = 'vq' THEN 'vq.' ELSE '' END || p.proname || '|' ||
        pg_get_function_arguments(p.oid) || '|' ||
-       CASE WHEN has_function_privilege('public', p.oid, 'EXECUTE') THEN 'PUBLIC' ELSE 'granted' END
+       CASE WHEN has_function_privilege('public', p.oid, 'EXECUTE') THEN 'PUBLIC' ELSE 'granted' END || '|' ||
+       CASE WHEN p.proargmodes IS NOT NULL AND p.proargmodes && ARRAY['o', 'b', 't']::\"char\"[]
+            THEN CASE WHEN p.proretset THEN 'TABLE' ELSE 'record' END || ' (' ||
+                 (SELECT string_agg(format('%s %s', a.name, format_type(a.type, NULL)), ', ' ORDER BY a.ord)
+                    FROM unnest(p.proargnames, p.proallargtypes, p.proargmodes) WITH ORDINALITY
+                         AS a(name, type, mode, ord)
+                   WHERE a.mode IN ('o', 'b', 't')) || ')'
+            ELSE pg_get_function_result(p.oid) END
   FROM pg_proc p
   JOIN pg_namespace n ON n.oid = p.pronamespace
   JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
@@ -109,7 +117,7 @@ missing_list "functions whose exact signature (argument names, types, defaults, 
 # and the function index of docs/reference.md says who may call each: "| `name` | PUBLIC |"
 # when PUBLIC has EXECUTE, "| `name` | granted ... |" otherwise.
 bad=()
-while IFS='|' read -r fn _ who; do
+while IFS='|' read -r fn _ who _; do
     row="$(grep -F -- "| \`$fn\` |" "$REFERENCE" | head -n 1 || true)"
     IFS='|' read -r _ _ cell _ <<<"$row"
     cell="$(sed -e 's/^ *//' -e 's/ *$//' <<<"$cell")"
@@ -118,24 +126,7 @@ done <<<"$FUNCTIONS"
 missing_list "functions whose row in the index of docs/reference.md is missing or names the wrong callers" \
     "${bad[@]}"
 
-# and the result each place with that exact signature gives after RETURNS. One line per
-# function: "name|arguments|result" (result: the catalog's, written as the docs must write it).
-RESULTS="$(q "
-SELECT CASE WHEN n.nspname = 'vq' THEN 'vq.' ELSE '' END || p.proname || '|' ||
-       pg_get_function_arguments(p.oid) || '|' ||
-       CASE WHEN p.proargmodes IS NOT NULL AND p.proargmodes && ARRAY['o', 'b', 't']::\"char\"[]
-            THEN CASE WHEN p.proretset THEN 'TABLE' ELSE 'record' END || ' (' ||
-                 (SELECT string_agg(format('%s %s', a.name, format_type(a.type, NULL)), ', ' ORDER BY a.ord)
-                    FROM unnest(p.proargnames, p.proallargtypes, p.proargmodes) WITH ORDINALITY
-                         AS a(name, type, mode, ord)
-                   WHERE a.mode IN ('o', 'b', 't')) || ')'
-            ELSE pg_get_function_result(p.oid) END
-  FROM pg_proc p
-  JOIN pg_namespace n ON n.oid = p.pronamespace
-  JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
-  JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'vq_job'
- WHERE n.nspname <> 'vq' OR has_function_privilege('public', p.oid, 'EXECUTE')
- ORDER BY 1")"
+# and the result each place with that exact signature gives after RETURNS.
 # NORMALIZE_RESULT (perl): a result in one comparable form (spaces collapsed, short type names
 # and "SETOF record (...)" for "TABLE (...)" accepted, the columns as normalize() writes them).
 # shellcheck disable=SC2016  # perl code, expanded by perl
@@ -165,7 +156,7 @@ doc_results() {
         }' "${DOCS[@]}"
 }
 bad=()
-while IFS='|' read -r fn args result; do
+while IFS='|' read -r fn args _ result; do
     want_args="$(ARGS="$args" perl -e "$NORMALIZE"' print normalize($ENV{ARGS}), "\n";')"
     want="$(R="$result" perl -e "$NORMALIZE$NORMALIZE_RESULT"' print normalize_result($ENV{R}), "\n";')"
     found="$(FN="$fn" doc_results | awk -F'|' -v a="$want_args" '$1 == a { print $2 }' | sort -u)"
@@ -174,7 +165,7 @@ while IFS='|' read -r fn args result; do
     elif [[ "$(grep -cvxF -- "$want" <<<"$found" || true)" != 0 ]]; then
         bad+=("$fn (catalog: RETURNS $want; docs also: $(grep -vxF -- "$want" <<<"$found" | paste -sd ';'))")
     fi
-done <<<"$RESULTS"
+done <<<"$FUNCTIONS"
 missing_list "functions whose result type the docs give wrongly" "${bad[@]}"
 log "checked $n_functions functions"
 
