@@ -19,14 +19,12 @@ set -euo pipefail
 A="vq_rjl_a_$$"
 P="vq_rjl_p_$$"
 WORK="$(mktemp -d /tmp/vq_sc_rjl.XXXXXX)"
-LOCKER_PID="" LOCKER_FD="" POLLER_PID="" BENCH_PID=""
+BENCH_PID=""
 
 cleanup() {
     set +e
-    [[ -n "$LOCKER_FD" ]] && exec {LOCKER_FD}>&-
-    for pid in "$LOCKER_PID" "$POLLER_PID" "$BENCH_PID"; do
-        [[ -n "$pid" ]] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
-    done
+    sessions_stop                   # the lock holder's end releases whoever waits for it
+    [[ -n "$BENCH_PID" ]] && kill "$BENCH_PID" 2>/dev/null && wait "$BENCH_PID" 2>/dev/null
     q "SELECT vq_cancel(execution_id) FROM vq.job WHERE handler = 'rjl_wait' AND state IN ('ENQUEUED', 'RUNNING')" >/dev/null 2>&1
     drop_roles "$A" "$P"
     rm -rf "$WORK"
@@ -48,45 +46,74 @@ CREATE FUNCTION public.rjl_quick(p jsonb) RETURNS void LANGUAGE sql AS 'SELECT';
 GRANT EXECUTE ON FUNCTION public.rjl_wait(jsonb) TO "$A";
 SELECT vq_register_handler('rjl_wait', 'public.rjl_wait(jsonb)');
 SELECT vq_register_handler('rjl_quick', 'public.rjl_quick(jsonb)');
+-- poll(query, secs): whether query returned true within secs (a wait with a deadline inside one
+-- statement, for a session that must not open another connection meanwhile)
+CREATE FUNCTION public.rjl_poll(query text, secs float8) RETURNS boolean LANGUAGE plpgsql AS \$\$
+DECLARE
+    ok boolean;
+    deadline timestamptz := clock_timestamp() + secs * interval '1 second';
+BEGIN
+    LOOP
+        PERFORM pg_stat_clear_snapshot();   -- pg_stat_activity as it is now, not as first read
+        EXECUTE query INTO ok;
+        IF coalesce(ok, false) OR clock_timestamp() > deadline THEN
+            RETURN coalesce(ok, false);
+        END IF;
+        PERFORM pg_sleep(0.02);
+    END LOOP;
+END \$\$;
 SQL
 waiting="$(q_as "$A" "SELECT vq_enqueue('rjl_wait', '{}')")"
 wait_for "SELECT count(*) = 1 FROM vq.running_jobs_now() WHERE execution_id = '$waiting'" 15 "$A's job running"
 
 # ---------------------------------------------------------------------------
 log "1. a caller waiting inside its privilege check holds up no claim"
-mkfifo "$WORK/locker.in"
-psql -XAtq <"$WORK/locker.in" >"$WORK/locker.out" 2>&1 &
-LOCKER_PID=$!
-exec {LOCKER_FD}>"$WORK/locker.in"
-printf "BEGIN;\nLOCK TABLE pg_catalog.pg_auth_members IN ACCESS EXCLUSIVE MODE;\nSELECT 'locked';\n" >&"$LOCKER_FD"
-wait_for "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE relation = 'pg_catalog.pg_auth_members'::regclass
-                            AND mode = 'AccessExclusiveLock' AND granted)" 10 "the lock on pg_auth_members"
+# Every session of this step connects before the catalog lock is taken: a backend that starts
+# while it is held may itself wait for it (building its relation cache reads pg_auth_members
+# when a catalog change, such as autovacuum's, removed the cached copy).
+session_start "$WORK" observer "vq_rjl_observer_$$"
+session_start "$WORK" enqueuer "vq_rjl_enqueuer_$$"
+session_start "$WORK" poller "vq_rjl_poller_$$"
+session_send poller "SET ROLE \"$P\"; SELECT 'ready';"
+for s in observer enqueuer; do
+    session_send "$s" "SELECT 'ready';"
+done
+for s in observer enqueuer poller; do
+    session_wait_line "$s" ready 10 >/dev/null
+done
+session_start "$WORK" locker "vq_rjl_locker_$$"
+session_send locker "BEGIN; LOCK TABLE pg_catalog.pg_auth_members IN ACCESS EXCLUSIVE MODE; SELECT 'locked';"
+session_wait_line locker locked 10 >/dev/null
 
-PGAPPNAME="vq_rjl_poller_$$" psql -XAtq -v ON_ERROR_STOP=1 -c "SET ROLE \"$P\"" \
-    -c "SELECT count(*) FROM vq.running_jobs_now()" >"$WORK/poller.out" 2>&1 &
-POLLER_PID=$!
-wait_for "SELECT wait_event_type = 'Lock' AND wait_event = 'relation' AND query LIKE '%running_jobs_now%'
-            FROM pg_stat_activity WHERE application_name = 'vq_rjl_poller_$$'" 10 \
+session_send poller "SELECT 'rows=' || count(*) FROM vq.running_jobs_now();"
+session_send observer "SELECT 'poller waiting: ' || public.rjl_poll(\$\$SELECT wait_event_type = 'Lock' AND wait_event = 'relation'
+    AND query LIKE '%running_jobs_now%' FROM pg_stat_activity WHERE application_name = 'vq_rjl_poller_$$'\$\$, 10);"
+assert_eq "poller waiting: true" "$(session_wait_line observer 'poller waiting: (true|false)' 15)" \
     "$P's vq.running_jobs_now() waiting for the catalog lock in its privilege check"
 
-# (the enqueue's commit lowers a claim position under the slot's lock: bounded by timeout,
-# since a backend waiting for an LWLock cannot be cancelled)
 t0="$(now_ms)"
-quick="$(timeout 15 psql -XAtq -v ON_ERROR_STOP=1 -c "SELECT vq_enqueue('rjl_quick', '{}')")" ||
-    fail "an enqueue did not return within 15 s while $P's vq.running_jobs_now() waited in its privilege check"
-wait_state "$quick" COMPLETED 15
+session_send enqueuer "SELECT vq_enqueue('rjl_quick', '{}');"
+session_send enqueuer "SELECT 'committed';"
+session_send observer "SELECT 'completed: ' || public.rjl_poll(\$\$SELECT EXISTS (SELECT 1 FROM vq.job
+    WHERE handler = 'rjl_quick' AND state = 'COMPLETED')\$\$, 15);"
+if [[ "$(session_wait_line observer 'completed: (true|false)' 20)" != "completed: true" ]]; then
+    grep -qx committed "$WORK/enqueuer.out" &&
+        fail "a job enqueued while $P's vq.running_jobs_now() waited in its privilege check was not claimed within 15 s"
+    fail "an enqueue's commit did not return within 15 s while $P's vq.running_jobs_now() waited in its privilege check"
+fi
 log "   a job enqueued meanwhile completed after $(($(now_ms) - t0)) ms"
-assert_eq "Lock" "$(q "SELECT wait_event_type FROM pg_stat_activity WHERE application_name = 'vq_rjl_poller_$$'")" \
-    "$P still waiting for the catalog lock while the job was claimed"
+session_send observer "SELECT pg_stat_clear_snapshot(); SELECT 'poller now: ' || wait_event_type
+    FROM pg_stat_activity WHERE application_name = 'vq_rjl_poller_$$';"
+assert_eq "poller now: Lock" "$(session_wait_line observer 'poller now: .*' 10)" \
+    "$P still waiting for the catalog lock after the job was claimed"
 
-printf "COMMIT;\n" >&"$LOCKER_FD"
-exec {LOCKER_FD}>&-
-LOCKER_FD=""
-wait "$LOCKER_PID" || fail "the lock holder failed: $(cat "$WORK/locker.out")"
-LOCKER_PID=""
-wait "$POLLER_PID" || fail "$P's vq.running_jobs_now() failed: $(cat "$WORK/poller.out")"
-POLLER_PID=""
-assert_eq 0 "$(cat "$WORK/poller.out")" "rows $P (not a member of $A) got from vq.running_jobs_now()"
+session_send locker "COMMIT;"
+session_end locker
+assert_eq "rows=0" "$(session_wait_line poller 'rows=.*' 15)" \
+    "rows $P (not a member of $A) got from vq.running_jobs_now()"
+for s in poller enqueuer observer; do
+    session_end "$s"
+done
 
 # ---------------------------------------------------------------------------
 log "2. two sessions polling vq.running_jobs_now() in a tight loop while 300 jobs run"

@@ -60,6 +60,18 @@
 #                               PGHOST="$BOUNCER_DIR" PGPORT="$BOUNCER_PORT")
 #   bouncer_stop                stop the pgbouncer bouncer_start started (by its pidfile);
 #                               returns 1 if it did not stop within 5 s
+#   session_start DIR NAME [APPNAME]
+#                               a long-lived session (psql -XAtq, ON_ERROR_STOP) fed through a
+#                               fifo in DIR, its output in DIR/NAME.out, application_name
+#                               APPNAME if given (it connects now: later statements need no
+#                               new connection)
+#   session_send NAME SQL       send SQL (one or more statements) to session NAME
+#   session_wait_line NAME REGEX SECS
+#                               wait until session NAME has printed a line that REGEX (grep -E)
+#                               matches whole, and print that line; fail after SECS, showing
+#                               what the session printed
+#   session_end NAME            close its input and wait for it; fail if psql failed
+#   sessions_stop               for EXIT traps: close and kill every session still open
 #
 # Every helper connects through the libpq environment (PGHOST, PGPORT, PGDATABASE ...); to
 # run one against another database or server, prefix it: PGDATABASE=other wait_for ...
@@ -348,4 +360,54 @@ bouncer_stop() {
     done
     echo "WARNING: pgbouncer $pid did not stop within 5 s" >&2
     return 1
+}
+
+# ---- long-lived sessions ----------------------------------------------------------------
+declare -gA VQ_SESSION_PID=() VQ_SESSION_FD=() VQ_SESSION_DIR=()
+session_start() { # DIR NAME [APPNAME]
+    local dir="$1" name="$2" fd
+    mkfifo "$dir/$name.in"
+    PGAPPNAME="${3:-${PGAPPNAME:-psql}}" psql -XAtq -v ON_ERROR_STOP=1 \
+        <"$dir/$name.in" >"$dir/$name.out" 2>&1 &
+    VQ_SESSION_PID[$name]=$!
+    exec {fd}>"$dir/$name.in"
+    VQ_SESSION_FD[$name]=$fd
+    VQ_SESSION_DIR[$name]="$dir"
+}
+
+session_send() { # NAME SQL
+    printf '%s\n' "$2" >&"${VQ_SESSION_FD[$1]}"
+}
+
+session_wait_line() { # NAME REGEX SECS
+    local out="${VQ_SESSION_DIR[$1]}/$1.out" deadline
+    deadline=$(($(date +%s%N) + $3 * 1000000000))
+    until grep -xE -m 1 -- "$2" "$out"; do
+        (($(date +%s%N) < deadline)) || fail "session $1 printed no line matching [$2] within $3 s: $(tail -n 5 "$out")"
+        sleep "$VQ_WAIT_POLL_SECS"
+    done
+}
+
+session_end() { # NAME
+    local name="$1" rc=0 fd="${VQ_SESSION_FD[$1]}"
+    exec {fd}>&-
+    unset "VQ_SESSION_FD[$name]"
+    wait "${VQ_SESSION_PID[$name]}" || rc=$?
+    unset "VQ_SESSION_PID[$name]"
+    rm -f "${VQ_SESSION_DIR[$name]}/$name.in"
+    ((rc == 0)) || fail "session $name failed (exit $rc): $(cat "${VQ_SESSION_DIR[$name]}/$name.out")"
+}
+
+sessions_stop() {
+    local name fd
+    for name in "${!VQ_SESSION_FD[@]}"; do
+        fd="${VQ_SESSION_FD[$name]}"
+        exec {fd}>&-
+    done
+    for name in "${!VQ_SESSION_PID[@]}"; do
+        kill "${VQ_SESSION_PID[$name]}" 2>/dev/null
+        wait "${VQ_SESSION_PID[$name]}" 2>/dev/null
+    done
+    VQ_SESSION_FD=() VQ_SESSION_PID=()
+    return 0
 }
