@@ -563,11 +563,12 @@ COMMENT ON FUNCTION vq_enqueue_many(text, jsonb[], timestamptz, text, integer, i
     IS 'enqueue one job per payload in one statement; returns the execution_ids in order';
 
 ------------------------------------------------------------------------------
--- Durable context bound to the session; merged into the metadata of every job enqueued.
+-- Durable context bound to the session, or (is_local) to the rest of the transaction, as
+-- set_config(name, value, is_local) has it; merged into the metadata of every job enqueued.
 ------------------------------------------------------------------------------
-CREATE FUNCTION vq_context_set(namespace text, value jsonb) RETURNS void
+CREATE FUNCTION vq_context_set(namespace text, value jsonb, is_local boolean DEFAULT false) RETURNS void
     LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'vq_context_set';
-CREATE FUNCTION vq_context_clear(namespace text DEFAULT NULL) RETURNS void
+CREATE FUNCTION vq_context_clear(namespace text DEFAULT NULL, is_local boolean DEFAULT false) RETURNS void
     LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'vq_context_clear';
 CREATE FUNCTION vq_context() RETURNS jsonb
     LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'vq_context';
@@ -859,7 +860,9 @@ $$;
 -- Apply a configuration document atomically:
 -- {"queues": {"<name>": {"sleepDelayMs": ..., ...}}, "contracts": {"<handler>": {"maxAttempts": ..., "queue": ..., "priority": ...}}}
 -- Queues named are created or updated (fields omitted keep their value, or the default for a
--- new queue); contracts named replace that handler's override. All violations are reported at once.
+-- new queue); contracts named replace that handler's override. All violations are reported at
+-- once: VQ104 when the document is malformed (not an object, an unknown key, a value of the
+-- wrong JSON type), VQ101 when it is well formed and some value is invalid.
 CREATE FUNCTION vq_configure(config jsonb) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -869,6 +872,7 @@ DECLARE
                                    'backoffBaseDelayMs', 'backoffMaxDelayMs', 'instances'];
     ckeys constant text[] := ARRAY['maxAttempts', 'queue', 'priority'];
     v text[] := '{}';
+    malformed boolean := false;   -- a violation of the document's shape is among v (VQ104)
     k text;
     q record;
     c record;
@@ -892,11 +896,13 @@ BEGIN
     FOR q IN SELECT e.key AS name, e.value AS body FROM jsonb_each(coalesce(config -> 'queues', '{}')) e LOOP
         IF jsonb_typeof(q.body) <> 'object' THEN
             v := v || format('queue "%s": settings must be a JSON object', q.name);
+            malformed := true;
             CONTINUE;
         END IF;
         FOR k IN SELECT jsonb_object_keys(q.body) LOOP
             IF k <> ALL (qkeys) THEN
                 v := v || format('queue "%s": unknown field "%s"', q.name, k);
+                malformed := true;
             END IF;
         END LOOP;
         nums := ARRAY[]::bigint[];
@@ -905,10 +911,12 @@ BEGIN
                 nums := nums || NULL::bigint;
                 IF q.body ? k AND jsonb_typeof(q.body -> k) <> 'string' THEN
                     v := v || format('queue "%s": backoffStrategy must be a string', q.name);
+                    malformed := true;
                 END IF;
             ELSIF q.body ? k AND (jsonb_typeof(q.body -> k) <> 'number'
                                   OR (q.body ->> k) !~ '^-?[0-9]{1,18}$') THEN
                 v := v || format('queue "%s": %s must be a positive integer, got %s', q.name, k, q.body -> k);
+                malformed := malformed OR jsonb_typeof(q.body -> k) <> 'number';
                 nums := nums || NULL::bigint;
             ELSE
                 nums := nums || (q.body ->> k)::bigint;
@@ -923,20 +931,24 @@ BEGIN
     FOR c IN SELECT e.key AS name, e.value AS body FROM jsonb_each(coalesce(config -> 'contracts', '{}')) e LOOP
         IF jsonb_typeof(c.body) <> 'object' THEN
             v := v || format('contract "%s": settings must be a JSON object', c.name);
+            malformed := true;
             CONTINUE;
         END IF;
         FOR k IN SELECT jsonb_object_keys(c.body) LOOP
             IF k <> ALL (ckeys) THEN
                 v := v || format('contract "%s": unknown field "%s"', c.name, k);
+                malformed := true;
             END IF;
         END LOOP;
         IF c.body ? 'queue' AND jsonb_typeof(c.body -> 'queue') <> 'string' THEN
             v := v || format('contract "%s": queue must be a string', c.name);
+            malformed := true;
         END IF;
         FOREACH k IN ARRAY ARRAY['maxAttempts', 'priority'] LOOP
             IF c.body ? k AND (jsonb_typeof(c.body -> k) <> 'number'
                                OR (c.body ->> k) !~ '^-?[0-9]{1,9}$') THEN
                 v := v || format('contract "%s": %s must be an integer, got %s', c.name, k, c.body -> k);
+                malformed := malformed OR jsonb_typeof(c.body -> k) <> 'number';
             END IF;
         END LOOP;
         v := v || vq.override_violations(
@@ -948,7 +960,9 @@ BEGIN
                       'queue', 'maxAttempts',
                       ARRAY(SELECT jsonb_object_keys(coalesce(config -> 'queues', '{}'))));
     END LOOP;
-    PERFORM vq.raise_violations(v, 'VQ101', 'invalid configuration');
+    -- A malformed document (unknown key, wrong JSON type) is VQ104, invalid values alone VQ101;
+    -- either way the error lists every violation.
+    PERFORM vq.raise_violations(v, CASE WHEN malformed THEN 'VQ104' ELSE 'VQ101' END, 'invalid configuration');
 
 
     -- Apply queues, so contracts below may name queues created by this same call.
@@ -1098,12 +1112,54 @@ BEGIN
 END
 $$;
 
+-- vq_register_handlers' first step, run as its caller (called from C, not by PUBLIC): the
+-- "function" of each element of handlers resolved the way regprocedure input resolves it in
+-- the caller's own session (vq_register_handler's fn argument), with caller_search_path (the
+-- caller's search_path) and the caller's privileges: one entry per element, {"oid": ...},
+-- {"missing": true}, {"invalid": "<why>"}, or null (no "function" string to resolve).
+CREATE FUNCTION vq.handler_functions(handlers jsonb, caller_search_path text) RETURNS jsonb
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    resolved jsonb := '[]';
+    e jsonb;
+    fn regprocedure;
+BEGIN
+    IF pg_catalog.jsonb_typeof(handlers) IS DISTINCT FROM 'array' THEN
+        RETURN resolved;
+    END IF;
+    FOR e IN SELECT x FROM pg_catalog.jsonb_array_elements(handlers) x LOOP
+        IF pg_catalog.jsonb_typeof(e) OPERATOR(pg_catalog.=) 'object'
+           AND pg_catalog.jsonb_typeof(e OPERATOR(pg_catalog.->) 'function') OPERATOR(pg_catalog.=) 'string' THEN
+            BEGIN
+                -- only this lookup sees the caller's path (the function's own SET restores ours)
+                PERFORM pg_catalog.set_config('search_path', caller_search_path, true);
+                fn := pg_catalog.to_regprocedure(e OPERATOR(pg_catalog.->>) 'function');
+                PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+                e := CASE WHEN fn IS NULL THEN '{"missing": true}'::jsonb
+                          ELSE pg_catalog.jsonb_build_object('oid', fn::oid) END;
+            EXCEPTION WHEN OTHERS THEN
+                -- to_regprocedure still raises for malformed signatures and unknown types
+                e := pg_catalog.jsonb_build_object('invalid', SQLERRM);
+            END;
+        ELSE
+            e := 'null';
+        END IF;
+        resolved := resolved OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_array(e);
+    END LOOP;
+    RETURN resolved;
+END
+$$;
+
 -- Register a set of handlers at once, or none: every violation in the set is reported in
--- one error. Each element: {"name": ..., "function": "schema.fn(jsonb)" | "channel": ...,
--- "queue": ..., "priority": ..., "maxAttempts": ..., "maxRunning": ..., "uniqueFor": "<interval>"}.
--- Returns the number registered.
-CREATE FUNCTION vq_register_handlers(handlers jsonb) RETURNS integer
-LANGUAGE plpgsql SECURITY DEFINER
+-- one error. Each element: {"name": ..., "function": "fn(jsonb)" | "channel": ...,
+-- "queue": ..., "priority": ..., "maxAttempts": ..., "maxRunning": ..., "uniqueFor": "<interval>"};
+-- functions are resolved as regprocedure input does with the caller's search_path
+-- (vq.handler_functions, before this runs; functions is its result). Returns the number
+-- registered. Run by vq_register_handlers (C) as the extension owner.
+CREATE FUNCTION vq.register_handlers(handlers jsonb, functions jsonb) RETURNS integer
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -1114,6 +1170,7 @@ DECLARE
     k text;
     label text;
     fn regprocedure;
+    r jsonb;
     unique_window interval;
     seen text[] := '{}';
     ok boolean;
@@ -1147,19 +1204,16 @@ BEGIN
         END IF;
         fn := NULL;
         IF h.body ? 'function' THEN
+            r := functions -> (h.pos::int - 1);
             IF jsonb_typeof(h.body -> 'function') <> 'string' THEN
                 v := v || format('%s: function must be a string such as "schema.fn(jsonb)"', label);
+            ELSIF r ? 'oid' THEN
+                fn := (r ->> 'oid')::oid;
+            ELSIF r ? 'invalid' THEN
+                v := v || format('%s: function %s is not a valid function signature (%s)',
+                                 label, h.body ->> 'function', r ->> 'invalid');
             ELSE
-                BEGIN
-                    fn := pg_catalog.to_regprocedure(h.body ->> 'function');
-                    IF fn IS NULL THEN
-                        v := v || format('%s: function %s does not exist', label, h.body ->> 'function');
-                    END IF;
-                EXCEPTION WHEN OTHERS THEN
-                    -- to_regprocedure still raises for malformed signatures and unknown types
-                    v := v || format('%s: function %s is not a valid function signature (%s)',
-                                     label, h.body ->> 'function', SQLERRM);
-                END;
+                v := v || format('%s: function %s does not exist', label, h.body ->> 'function');
             END IF;
         END IF;
         IF (h.body ->> 'name') = ANY (seen) THEN
@@ -1196,10 +1250,10 @@ BEGIN
     END LOOP;
     PERFORM vq.raise_violations(v, 'VQ102', 'handler registration failed');
 
-    FOR h IN SELECT e.value AS body FROM jsonb_array_elements(handlers) e LOOP
+    FOR h IN SELECT e.value AS body, e.ordinality AS pos FROM jsonb_array_elements(handlers) WITH ORDINALITY e LOOP
         PERFORM vq.insert_handler(h.body ->> 'name',
                                   CASE WHEN h.body ? 'function' THEN 'function' ELSE 'notify' END,
-                                  pg_catalog.to_regprocedure(h.body ->> 'function'), h.body ->> 'channel',
+                                  ((functions -> (h.pos::int - 1)) ->> 'oid')::oid::regprocedure, h.body ->> 'channel',
                                   h.body ->> 'queue', (h.body ->> 'priority')::int, (h.body ->> 'maxAttempts')::int,
                                   (h.body ->> 'maxRunning')::int, (h.body ->> 'uniqueFor')::interval);
         n := n + 1;
@@ -1207,6 +1261,11 @@ BEGIN
     RETURN n;
 END
 $$;
+
+-- Resolves the functions as the caller (vq.handler_functions), then runs vq.register_handlers
+-- as the extension owner.
+CREATE FUNCTION vq_register_handlers(handlers jsonb) RETURNS integer
+    LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'vq_register_handlers';
 
 -- Remove a handler. Jobs already enqueued for it stay and still run: each runs the function
 -- (by OID) or is announced on the channel recorded when it was enqueued, whatever is
@@ -1241,6 +1300,8 @@ REVOKE ALL ON FUNCTION vq.queue_violations(text, bigint, bigint, text, bigint, b
                        vq_register_handler(text, regprocedure, text, integer, integer, integer, interval),
                        vq_register_notify_handler(text, text, text, integer, integer, interval),
                        vq_register_handlers(jsonb),
+                       vq.handler_functions(jsonb, text),
+                       vq.register_handlers(jsonb, jsonb),
                        vq_unregister_handler(text)
        FROM PUBLIC;
 
@@ -1638,26 +1699,122 @@ BEGIN
 END
 $$;
 
--- Prometheus-style metric lines for the jobs the caller may see.
+------------------------------------------------------------------------------
+-- Counts for monitoring. Rows of vq.job and vq.outbox (payloads, metadata, errors) are visible
+-- per role; their counts are visible to every job to pg_monitor members and to roles an
+-- administrator grants EXECUTE on vq.all_job_counts() / vq.all_outbox_counts(), and to
+-- everyone else over the rows they may see. Every count says which it is (scope 'all' or
+-- 'own'), so that zeros are never silently partial.
+------------------------------------------------------------------------------
+-- Per queue (every queue of vq.queue): its jobs by state, when its oldest due job was due and
+-- its completions of the last minute, over the jobs of vq.job the caller may see. One scan of
+-- vq.job; counts only (count(*), not count(j.*): no row is formed for them).
+CREATE FUNCTION vq.visible_job_counts(
+    OUT queue text, OUT paused boolean, OUT due bigint, OUT scheduled bigint, OUT running bigint,
+    OUT completed bigint, OUT dead_letter bigint, OUT cancelled bigint,
+    OUT oldest_due_at timestamptz, OUT completed_last_minute bigint)
+RETURNS SETOF record
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT q.name, q.paused,
+           count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'ENQUEUED' AND j.scheduled_at OPERATOR(pg_catalog.<=) pg_catalog.now()),
+           count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'ENQUEUED' AND j.scheduled_at OPERATOR(pg_catalog.>) pg_catalog.now()),
+           count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'RUNNING'),
+           count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'COMPLETED'),
+           count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'DEAD_LETTER'),
+           count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'CANCELLED'),
+           -- (finite times only: the API refuses infinite ones, and one written directly must not break the counts)
+           pg_catalog.min(j.scheduled_at) FILTER (
+               WHERE j.state OPERATOR(pg_catalog.=) 'ENQUEUED' AND j.scheduled_at OPERATOR(pg_catalog.<=) pg_catalog.now()
+                 AND pg_catalog.isfinite(j.scheduled_at)),
+           count(*) FILTER (WHERE j.finished_at OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 minute')
+                              AND j.state OPERATOR(pg_catalog.=) 'COMPLETED')
+      FROM vq.queue q
+      LEFT JOIN vq.job j ON j.queue OPERATOR(pg_catalog.=) q.name
+     GROUP BY q.name, q.paused
+$$;
+
+-- The same over every job: as the extension owner, whom row security does not filter.
+CREATE FUNCTION vq.all_job_counts(
+    OUT queue text, OUT paused boolean, OUT due bigint, OUT scheduled bigint, OUT running bigint,
+    OUT completed bigint, OUT dead_letter bigint, OUT cancelled bigint,
+    OUT oldest_due_at timestamptz, OUT completed_last_minute bigint)
+RETURNS SETOF record
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT * FROM vq.visible_job_counts() $$;
+
+-- Outbox rows by status: those the caller may see, and (as the owner) all of them.
+CREATE FUNCTION vq.visible_outbox_counts(OUT status text, OUT n bigint) RETURNS SETOF record
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT o.status, count(*) FROM vq.outbox o GROUP BY o.status $$;
+
+CREATE FUNCTION vq.all_outbox_counts(OUT status text, OUT n bigint) RETURNS SETOF record
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT * FROM vq.visible_outbox_counts() $$;
+
+REVOKE ALL ON FUNCTION vq.all_job_counts(), vq.all_outbox_counts() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION vq.all_job_counts(), vq.all_outbox_counts() TO pg_monitor;
+
+-- What the caller may count: every job with EXECUTE on vq.all_job_counts() (scope 'all'),
+-- else the jobs it may see (scope 'own'). Decided here, as the caller: a plain query naming
+-- both functions would need EXECUTE on both.
+CREATE FUNCTION vq.job_counts(
+    OUT queue text, OUT paused boolean, OUT due bigint, OUT scheduled bigint, OUT running bigint,
+    OUT completed bigint, OUT dead_letter bigint, OUT cancelled bigint,
+    OUT oldest_due_at timestamptz, OUT completed_last_minute bigint, OUT scope text)
+RETURNS SETOF record
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF pg_catalog.has_function_privilege('vq.all_job_counts()', 'EXECUTE') THEN
+        RETURN QUERY SELECT c.*, 'all'::text FROM vq.all_job_counts() c;
+    ELSE
+        RETURN QUERY SELECT c.*, 'own'::text FROM vq.visible_job_counts() c;
+    END IF;
+END
+$$;
+
+-- The same for outbox rows (EXECUTE on vq.all_outbox_counts()).
+CREATE FUNCTION vq.outbox_counts(OUT status text, OUT n bigint, OUT scope text) RETURNS SETOF record
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF pg_catalog.has_function_privilege('vq.all_outbox_counts()', 'EXECUTE') THEN
+        RETURN QUERY SELECT c.*, 'all'::text FROM vq.all_outbox_counts() c;
+    ELSE
+        RETURN QUERY SELECT c.*, 'own'::text FROM vq.visible_outbox_counts() c;
+    END IF;
+END
+$$;
+
+-- Prometheus-style metric lines, each labelled with the scope of its count (see vq.job_counts).
+-- vq.job is scanned once (the CTE is evaluated once).
 CREATE FUNCTION vq_metrics() RETURNS SETOF text
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT format('vq_jobs{queue="%s",state="%s"} %s', s.queue, st.state, st.n)
-      FROM vq.queue_stats s,
+    WITH s AS MATERIALIZED (SELECT * FROM vq.job_counts())
+    SELECT format('vq_jobs{queue="%s",state="%s",scope="%s"} %s', s.queue, st.state, s.scope, st.n)
+      FROM s,
            LATERAL (VALUES ('due', s.due), ('scheduled', s.scheduled), ('running', s.running),
                            ('completed', s.completed), ('dead_letter', s.dead_letter),
                            ('cancelled', s.cancelled)) AS st(state, n)
     UNION ALL
-    SELECT format('vq_oldest_due_seconds{queue="%s"} %s', s.queue,
-                  coalesce(round(extract(epoch FROM s.oldest_due_age)::numeric, 3), 0))
-      FROM vq.queue_stats s
+    SELECT format('vq_oldest_due_seconds{queue="%s",scope="%s"} %s', s.queue, s.scope,
+                  coalesce(round(extract(epoch FROM pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_due_at)::numeric, 3), 0))
+      FROM s
     UNION ALL
-    SELECT format('vq_completed_last_minute{queue="%s"} %s', s.queue, s.completed_last_minute)
-      FROM vq.queue_stats s
+    SELECT format('vq_completed_last_minute{queue="%s",scope="%s"} %s', s.queue, s.scope, s.completed_last_minute)
+      FROM s
     UNION ALL
-    SELECT format('vq_outbox_rows{status="%s"} %s', o.status, count(*))
-      FROM vq.outbox o GROUP BY o.status;
+    SELECT format('vq_outbox_rows{status="%s",scope="%s"} %s', o.status, o.scope, o.n)
+      FROM vq.outbox_counts() o;
 $$;
 
 REVOKE ALL ON FUNCTION vq_redrive(uuid), vq_redrive(text, text, timestamptz), vq.redrive(uuid[]) FROM PUBLIC;
@@ -1793,25 +1950,14 @@ SELECT r.execution_id, j.job_id, r.handler, j.queue, r.attempt_number, r.started
   JOIN vq.job j ON j.execution_id OPERATOR(pg_catalog.=) r.execution_id;
 GRANT SELECT ON vq.running_jobs TO PUBLIC;
 
--- Per queue: jobs by state, how late the oldest due job is, and what finished in the last minute.
+-- Per queue: jobs by state, how late the oldest due job is, and what finished in the last
+-- minute; scope 'all' (every job: pg_monitor and granted roles) or 'own' (the jobs the caller
+-- may see), see vq.job_counts.
 CREATE VIEW vq.queue_stats WITH (security_invoker = true) AS
-SELECT q.name AS queue,
-       q.paused,
-       count(j.*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'ENQUEUED' AND j.scheduled_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS due,
-       count(j.*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'ENQUEUED' AND j.scheduled_at OPERATOR(pg_catalog.>) pg_catalog.now()) AS scheduled,
-       count(j.*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'RUNNING') AS running,
-       count(j.*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'COMPLETED') AS completed,
-       count(j.*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'DEAD_LETTER') AS dead_letter,
-       count(j.*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'CANCELLED') AS cancelled,
-       -- (finite times only: the API refuses infinite ones, and one written directly must not break the view)
-       pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.min(j.scheduled_at) FILTER (
-           WHERE j.state OPERATOR(pg_catalog.=) 'ENQUEUED' AND j.scheduled_at OPERATOR(pg_catalog.<=) pg_catalog.now()
-             AND pg_catalog.isfinite(j.scheduled_at)) AS oldest_due_age,
-       count(j.*) FILTER (WHERE j.finished_at OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 minute')
-                          AND j.state OPERATOR(pg_catalog.=) 'COMPLETED') AS completed_last_minute
-  FROM vq.queue q
-  LEFT JOIN vq.job j ON j.queue OPERATOR(pg_catalog.=) q.name
- GROUP BY q.name, q.paused;
+SELECT c.queue, c.paused, c.due, c.scheduled, c.running, c.completed, c.dead_letter, c.cancelled,
+       pg_catalog.now() OPERATOR(pg_catalog.-) c.oldest_due_at AS oldest_due_age,
+       c.completed_last_minute, c.scope
+  FROM vq.job_counts() c;
 GRANT SELECT ON vq.queue_stats TO PUBLIC;
 
 -- Dead-lettered jobs (nothing runs them again).

@@ -1,5 +1,5 @@
 /*
- * context.h: durable context bound to a session and merged into enqueued jobs.
+ * context.h: durable context bound to a session or a transaction and merged into enqueued jobs.
  */
 #ifndef VQ_CONTEXT_H
 #define VQ_CONTEXT_H

@@ -317,52 +317,84 @@ vq_job_cancelled(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(VqJobCancelRequested());
 }
 
+/* One executor's running job as vq_running_jobs copied it out of shared memory. */
+typedef struct VqRunningCopy
+{
+	int			pid;
+	bool		cancel_requested;
+	VqRunningJob job;
+} VqRunningCopy;
+
+/* What CopyRunningJobs fills: one entry per executor running a job. */
+typedef struct VqRunningCopies
+{
+	int			n;
+	VqRunningCopy entries[VQ_MAX_EXECUTORS];
+} VqRunningCopies;
+
+/*
+ * Copy every running job of the slot (under its lock, held shared): fixed-size
+ * copies only, no allocation, no catalog access, nothing that can wait or fail,
+ * so that a caller of vq.running_jobs_now() never holds up a claim.
+ */
+static void
+CopyRunningJobs(VqDatabaseSlot *slot, void *arg)
+{
+	VqRunningCopies *copies = arg;
+
+	for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
+	{
+		VqExecutorSlot *e = &slot->executors[i];
+		VqRunningCopy *c = &copies->entries[copies->n];
+
+		c->pid = e->pid;
+		if (c->pid == 0 || !VqReadRunningJob(e, &c->job))
+			continue;
+		c->cancel_requested = pg_atomic_read_u64(&slot->cancel_seq[i]) == c->job.seq;
+		copies->n++;
+	}
+}
+
 /*
  * vq_running_jobs(): one row per job an executor of this database is running
  * and the caller may see (a member of the enqueuing role, as vq.job's row
  * security has it): (pid, execution_id, handler, attempt_number, started_at,
  * progress_total, progress_succeeded, progress_failed, cancel_requested).
+ * The jobs are copied out under the slot's lock; the privilege checks (which
+ * may read the catalogs and wait for their locks) and the result come after.
  */
 Datum
 vq_running_jobs(PG_FUNCTION_ARGS)
 {
 	TupleDesc	desc;
-	Tuplestorestate *store;
-	VqDatabaseSlot *slot;
+	Tuplestorestate *store = VqMaterializeResult(fcinfo, &desc);
+	VqRunningCopies *copies = palloc(sizeof(VqRunningCopies));
 
-	store = VqMaterializeResult(fcinfo, &desc);
-
-	LWLockAcquire(VqShared->lock, LW_SHARED);
-	slot = VqFindDatabaseSlot(MyDatabaseId);
-	if (slot != NULL)
-		LWLockAcquire(slot->lock, LW_SHARED);
-	for (int i = 0; slot != NULL && i < VQ_MAX_EXECUTORS; i++)
+	copies->n = 0;
+	(void) VqWithDatabaseSlot(MyDatabaseId, LW_SHARED, CopyRunningJobs, copies);
+	for (int i = 0; i < copies->n; i++)
 	{
-		VqExecutorSlot *e = &slot->executors[i];
-		VqRunningJob job;
+		VqRunningCopy *c = &copies->entries[i];
 		Datum		values[9];
 		bool		nulls[9] = {false, false, false, false, false, false, false, false, false};
-		int			pid = e->pid;
 
+		CHECK_FOR_INTERRUPTS();
 		/* only jobs the caller may see in vq.job (members of the enqueuing role) */
-		if (pid == 0 || !VqReadRunningJob(e, &job) || !has_privs_of_role(GetUserId(), job.enqueued_by))
+		if (!has_privs_of_role(GetUserId(), c->job.enqueued_by))
 			continue;
-		values[0] = Int32GetDatum(pid);
-		values[1] = UUIDPGetDatum(palloc_object(pg_uuid_t));
-		memcpy(DatumGetUUIDP(values[1]), &job.execution_id, sizeof(pg_uuid_t));
-		values[2] = CStringGetTextDatum(job.handler);
-		values[3] = Int32GetDatum(job.attempt_number);
-		values[4] = TimestampTzGetDatum(job.started_at);
-		values[5] = Int64GetDatum(job.progress_total);
-		nulls[5] = job.progress_total < 0;
-		values[6] = Int64GetDatum(job.progress_succeeded);
-		values[7] = Int64GetDatum(job.progress_failed);
-		values[8] = BoolGetDatum(pg_atomic_read_u64(&slot->cancel_seq[i]) == job.seq);
+		values[0] = Int32GetDatum(c->pid);
+		values[1] = UUIDPGetDatum(&c->job.execution_id);
+		values[2] = CStringGetTextDatum(c->job.handler);
+		values[3] = Int32GetDatum(c->job.attempt_number);
+		values[4] = TimestampTzGetDatum(c->job.started_at);
+		values[5] = Int64GetDatum(c->job.progress_total);
+		nulls[5] = c->job.progress_total < 0;
+		values[6] = Int64GetDatum(c->job.progress_succeeded);
+		values[7] = Int64GetDatum(c->job.progress_failed);
+		values[8] = BoolGetDatum(c->cancel_requested);
 		tuplestore_putvalues(store, desc, values, nulls);
 	}
-	if (slot != NULL)
-		LWLockRelease(slot->lock);
-	LWLockRelease(VqShared->lock);
+	pfree(copies);
 	return (Datum) 0;
 }
 

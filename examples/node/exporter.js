@@ -4,8 +4,8 @@
 //
 //   node exporter.js [PORT] [HOST]        (defaults 9464, 127.0.0.1; port 0: any free port)
 //
-// Connects with the libpq variables. vq_metrics() counts the jobs of the roles the exporter's
-// role is a member of. Scrape config: static_configs: [{targets: ['HOST:PORT']}].
+// Connects with the libpq variables. vq_metrics() counts every job when the exporter's role is a
+// member of pg_monitor (scope="all"), else the jobs of its roles (scope="own"). Scrape config: static_configs: [{targets: ['HOST:PORT']}].
 // Prints "listening on http://HOST:PORT/metrics" when ready; stops on SIGTERM or SIGINT.
 'use strict';
 

@@ -24,12 +24,12 @@ class PaymentDeclined extends Error {}
 async function placeOrder(client, { customer, total, requestId, declinePayment = false }) {
   await client.query('BEGIN');
   try {
-    // Durable context for this transaction only (is_local = true, as SET LOCAL): every job
+    // Durable context for this transaction only (is_local => true, as SET LOCAL): every job
     // enqueued and every outbox row published below carries it, and it ends with the
     // transaction, so it never reaches the next client of a pooled server connection.
-    // (vq_context_set binds for the whole session: not through a transaction pooler.)
-    await client.query("SELECT set_config('vq.context', $1, true)",
-      [JSON.stringify({ request: { id: requestId, client: 'node' } })]);
+    // (The session form, without is_local, would: not through a transaction pooler.)
+    await client.query("SELECT vq_context_set('request', $1, is_local => true)",
+      [JSON.stringify({ id: requestId, client: 'node' })]);
 
     const { rows: [order] } = await client.query(
       'INSERT INTO shop.orders (customer, total) VALUES ($1, $2) RETURNING id', [customer, total]);

@@ -6,8 +6,8 @@
 //
 //   node stats.js
 //
-// Both count the jobs of the roles the caller is a member of (row security): run it as the
-// application role, or as a role that is a member of it.
+// Both count the jobs of the roles the caller is a member of (scope 'own'), or every job for a
+// member of pg_monitor (scope 'all'): run it as the application role, or as a monitoring role.
 'use strict';
 
 const { Client } = require('pg');

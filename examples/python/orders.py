@@ -30,12 +30,12 @@ class PaymentDeclined(Exception):
 def place_order(conn, customer, total, request_id, decline_payment=False):
     """Save an order and enqueue what follows from it, all in one transaction."""
     with conn.transaction():
-        # Durable context for this transaction only (is_local = true, as SET LOCAL): every job
+        # Durable context for this transaction only (is_local => true, as SET LOCAL): every job
         # enqueued and every outbox row published below carries it, and it ends with the
         # transaction, so it never reaches the next client of a pooled server connection.
-        # (vq_context_set binds for the whole session: not through a transaction pooler.)
-        conn.execute("SELECT set_config('vq.context', %s, true)",
-                     [json.dumps({"request": {"id": request_id, "client": "python"}})])
+        # (The session form, without is_local, would: not through a transaction pooler.)
+        conn.execute("SELECT vq_context_set('request', %s, is_local => true)",
+                     [Jsonb({"id": request_id, "client": "python"})])
         order_id = conn.execute("INSERT INTO shop.orders (customer, total) VALUES (%s, %s) RETURNING id",
                                 [customer, total]).fetchone()[0]
         payload = Jsonb({"order_id": order_id})

@@ -108,11 +108,12 @@ INSERT INTO m_cells (action, sql, super, qadmin, howner, enq, cons, mon, strange
   ('read outbox rows',
    format($$SELECT count(*)::text FROM vq.outbox WHERE id = %s$$, :'m_row'),
    '1', '0', '0', '1', '0', '0', '0'),
-  ('queue statistics count only the jobs the role may see',
-   $$SELECT ((SELECT scheduled FROM vq.queue_stats WHERE queue = 'm_q')
-             = (SELECT count(*) FROM vq.job j WHERE j.queue = 'm_q' AND j.state = 'ENQUEUED'
-                AND pg_has_role(current_user, j.enqueued_by, 'USAGE')))::text$$,
-   'true', 'true', 'true', 'true', 'true', 'true', 'true'),
+  ('queue statistics: every job (scope all), or the jobs the role may see (scope own)',
+   $$SELECT scope || CASE WHEN scope = 'own' THEN ':' || (scheduled
+               = (SELECT count(*) FROM vq.job j WHERE j.queue = 'm_q' AND j.state = 'ENQUEUED'
+                  AND pg_has_role(current_user, j.enqueued_by, 'USAGE')))::text ELSE '' END
+       FROM vq.queue_stats WHERE queue = 'm_q'$$,
+   'all', 'own:true', 'own:true', 'own:true', 'own:true', 'all', 'own:true'),
   ('reply to a NOTIFY job (not running: ignored, false)',
    format($$SELECT vq_complete('%s')::text$$, :'m_notify'),
    'false', 'ERROR VQ010', 'ERROR VQ010', 'false', 'false', 'ERROR VQ010', 'ERROR VQ010'),

@@ -53,7 +53,7 @@ SELECT set_eq($$
     ('function vq_enqueue_many(text,jsonb[],timestamp with time zone,text,integer,integer,text[],jsonb)'),
     ('function vq_resolve_target(text)'), ('function vq_supported_target_ids()'),
     ('function vq_backoff_delay(text,integer,integer,integer)'),
-    ('function vq_context()'), ('function vq_context_clear(text)'), ('function vq_context_set(text,jsonb)'),
+    ('function vq_context()'), ('function vq_context_clear(text,boolean)'), ('function vq_context_set(text,jsonb,boolean)'),
     ('function vq_outbox_publish(text,jsonb,timestamp with time zone,jsonb)'),
     ('function vq_outbox_publish_to(text,text,jsonb,timestamp with time zone,jsonb)'),
     -- inside a handler
@@ -64,6 +64,10 @@ SELECT set_eq($$
     ('function vq_complete(uuid,integer)'), ('function vq_fail(uuid,text,integer)'),
     -- operations on one's own jobs (row visibility by role)
     ('function vq_cancel(uuid)'), ('function vq_metrics()'), ('function vq.running_jobs_now()'),
+    -- counts for monitoring (of the jobs and outbox rows the caller may see, or of all of them
+    -- for a caller granted vq.all_job_counts() / vq.all_outbox_counts())
+    ('function vq.job_counts()'), ('function vq.visible_job_counts()'),
+    ('function vq.outbox_counts()'), ('function vq.visible_outbox_counts()'),
     -- reading: configuration for everyone; jobs, history, logs, outbox under row security
     ('relation vq.queue SELECT'), ('relation vq.handler SELECT'), ('relation vq.contract_override SELECT'),
     ('relation vq.consumer_grant SELECT'), ('relation vq.producer_grant SELECT'),
@@ -136,8 +140,8 @@ SELECT is(has_function_privilege('public', f, 'EXECUTE'), may,
     ('vq_resolve_target(text)', true),
     ('vq_supported_target_ids()', true),
     ('vq_backoff_delay(text, integer, integer, integer)', true),
-    ('vq_context_set(text, jsonb)', true),
-    ('vq_context_clear(text)', true),
+    ('vq_context_set(text, jsonb, boolean)', true),
+    ('vq_context_clear(text, boolean)', true),
     ('vq_context()', true)) AS v(f, may);
 SELECT is_empty($$
     SELECT p.oid::regprocedure::text

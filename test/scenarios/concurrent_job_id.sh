@@ -17,47 +17,19 @@ WORK="$(mktemp -d /tmp/vq_sc_job_id.XXXXXX)"
 APP="vqjid$$"                 # application_name prefix of our sessions
 LATER="2999-01-01"            # run_at of every job (no colons: pgbench would read :00 as a variable)
 DEADLINE_SECS=30              # for every wait on another session
-declare -A SESSION_PID=() SESSION_FD=()
 BG_PIDS=()
 
 cleanup() {
-    local name pid fd
+    local pid
     set +e
-    for name in "${!SESSION_FD[@]}"; do
-        fd="${SESSION_FD[$name]}"
-        exec {fd}>&-
-    done
-    for pid in "${SESSION_PID[@]}" "${BG_PIDS[@]}"; do
+    sessions_stop
+    for pid in "${BG_PIDS[@]}"; do
         kill "$pid" 2>/dev/null
     done
     wait 2>/dev/null
     rm -rf "$WORK"
 }
 trap cleanup EXIT
-
-# A long-lived session fed through a fifo: session_start NAME, session_send NAME SQL,
-# session_end NAME (closes its input and waits for it; fails if psql failed).
-session_start() {
-    local name="$1" fd
-    mkfifo "$WORK/$name.in"
-    PGAPPNAME="$APP-$name" psql -X -q -v ON_ERROR_STOP=1 -At \
-        <"$WORK/$name.in" >"$WORK/$name.out" 2>&1 &
-    SESSION_PID[$name]=$!
-    exec {fd}>"$WORK/$name.in"
-    SESSION_FD[$name]=$fd
-}
-session_send() {
-    printf '%s\n' "$2" >&"${SESSION_FD[$1]}"
-}
-session_end() {
-    local name="$1" rc=0 fd="${SESSION_FD[$1]}"
-    exec {fd}>&-
-    unset "SESSION_FD[$name]"
-    wait "${SESSION_PID[$name]}" || rc=$?
-    unset "SESSION_PID[$name]"
-    rm -f "$WORK/$name.in"
-    ((rc == 0)) || fail "session $name failed (exit $rc): $(cat "$WORK/$name.out")"
-}
 
 # uuid_in FILE: the one execution id printed in FILE (fails unless there is exactly one).
 UUID_RE='^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
@@ -85,7 +57,7 @@ race_round() {
     local round="$1" key=$((7310000 + $1)) jid="race-$1" i pid rc expected id
     local pids=()
     log "(a) round $round: 8 sessions enqueue job_id $jid at once"
-    session_start coord
+    session_start "$WORK" coord "$APP-coord"
     session_send coord "SELECT pg_advisory_lock($key);"
     wait_for "SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
                          WHERE l.locktype = 'advisory' AND l.granted AND l.classid = 0 AND l.objid = $key

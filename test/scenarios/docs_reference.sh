@@ -17,8 +17,17 @@
 #      of the contract, so a signature that drops, adds, swaps or retypes an argument does not
 #      count; and the function index of docs/reference.md has a row "| `name` | WHO |" where
 #      WHO starts with PUBLIC exactly when PUBLIC may execute it (else "granted ...");
+#      and its result: among the places that write that exact signature followed by
+#      `RETURNS ...`, at least one, and every one, gives the catalog's result type
+#      (pg_get_function_result; `int`, `bool` and timestamptz accepted for the long names); a
+#      function with OUT arguments as `RETURNS TABLE (name type, ...)` (or `SETOF record (...)`)
+#      when it returns a set, `RETURNS record (name type, ...)` when it returns one row, with
+#      the OUT arguments in order;
 #   2. every view of schema vq, every table of schema vq that PUBLIC may read, and every type
-#      of schema vq is named in the docs as `vq.name`;
+#      of schema vq is named in the docs as `vq.name`; and the row of docs/reference.md whose
+#      first cell names it lists, in its second cell, the catalog's columns in order (views,
+#      tables: the names, annotations in parentheses aside; composite types: `name type`;
+#      enums: the labels);
 #   3. every vq.* setting (pg_settings) has a row in docs/reference.md's settings table whose
 #      default, unit and context cells are pg_settings' boot_val (`(empty)` for ''), unit
 #      (`—` for none) and context;
@@ -45,12 +54,20 @@ missing_list() {
 
 # ---------------------------------------------------------------------------
 log "1. every user function has its exact signature in the docs"
-# One line per function: "name|arguments|PUBLIC or granted", the arguments as
-# pg_get_function_arguments writes them (names, types, defaults, in order; OUT arguments too).
+# One line per function: "name|arguments|PUBLIC or granted|result", the arguments as
+# pg_get_function_arguments writes them (names, types, defaults, in order; OUT arguments too),
+# the result as the docs must write it (TABLE (...) / record (...) for OUT arguments).
 FUNCTIONS="$(q "
 SELECT CASE WHEN n.nspname = 'vq' THEN 'vq.' ELSE '' END || p.proname || '|' ||
        pg_get_function_arguments(p.oid) || '|' ||
-       CASE WHEN has_function_privilege('public', p.oid, 'EXECUTE') THEN 'PUBLIC' ELSE 'granted' END
+       CASE WHEN has_function_privilege('public', p.oid, 'EXECUTE') THEN 'PUBLIC' ELSE 'granted' END || '|' ||
+       CASE WHEN p.proargmodes IS NOT NULL AND p.proargmodes && ARRAY['o', 'b', 't']::\"char\"[]
+            THEN CASE WHEN p.proretset THEN 'TABLE' ELSE 'record' END || ' (' ||
+                 (SELECT string_agg(format('%s %s', a.name, format_type(a.type, NULL)), ', ' ORDER BY a.ord)
+                    FROM unnest(p.proargnames, p.proallargtypes, p.proargmodes) WITH ORDINALITY
+                         AS a(name, type, mode, ord)
+                   WHERE a.mode IN ('o', 'b', 't')) || ')'
+            ELSE pg_get_function_result(p.oid) END
   FROM pg_proc p
   JOIN pg_namespace n ON n.oid = p.pronamespace
   JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
@@ -100,7 +117,7 @@ missing_list "functions whose exact signature (argument names, types, defaults, 
 # and the function index of docs/reference.md says who may call each: "| `name` | PUBLIC |"
 # when PUBLIC has EXECUTE, "| `name` | granted ... |" otherwise.
 bad=()
-while IFS='|' read -r fn _ who; do
+while IFS='|' read -r fn _ who _; do
     row="$(grep -F -- "| \`$fn\` |" "$REFERENCE" | head -n 1 || true)"
     IFS='|' read -r _ _ cell _ <<<"$row"
     cell="$(sed -e 's/^ *//' -e 's/ *$//' <<<"$cell")"
@@ -108,6 +125,48 @@ while IFS='|' read -r fn _ who; do
 done <<<"$FUNCTIONS"
 missing_list "functions whose row in the index of docs/reference.md is missing or names the wrong callers" \
     "${bad[@]}"
+
+# and the result each place with that exact signature gives after RETURNS.
+# NORMALIZE_RESULT (perl): a result in one comparable form (spaces collapsed, short type names
+# and "SETOF record (...)" for "TABLE (...)" accepted, the columns as normalize() writes them).
+# shellcheck disable=SC2016  # perl code, expanded by perl
+NORMALIZE_RESULT='
+    sub normalize_result {
+        my ($r) = @_;
+        $r =~ s/\s+/ /g;
+        $r =~ s/^\s+|\s+$//g;
+        $r =~ s/^SETOF record\s*\(/TABLE (/i;
+        if ($r =~ /^(TABLE|record)\s*\((.*)\)$/is) {
+            my ($kind, $cols) = (uc($1) eq "TABLE" ? "TABLE" : "record", $2);
+            $cols =~ s/\bint\b/integer/g;
+            $cols =~ s/\bbool\b/boolean/g;
+            return "$kind (" . normalize($cols) . ")";
+        }
+        $r =~ s/timestamp with time zone/timestamptz/g;
+        $r =~ s/\bint\b/integer/g;
+        $r =~ s/\bbool\b/boolean/g;
+        return $r;
+    }'
+# doc_results: "arguments|result" for every place the docs write `$FN(...) RETURNS result`.
+doc_results() {
+    perl -0777 -ne "$NORMALIZE$NORMALIZE_RESULT"'
+        my $name = quotemeta($ENV{FN});
+        while (/(?<![\w.])$name(\(((?:[^()]++|(?1))*)\))\s*RETURNS\s+((?:TABLE|SETOF\s+record|record)\s*(\((?:[^()]++|(?-1))*\))|SETOF\s+[\w.]+(?:\[\])?|[\w.]+(?:\[\])?|\S+)/g) {
+            print normalize($2), "|", normalize_result($3), "\n";
+        }' "${DOCS[@]}"
+}
+bad=()
+while IFS='|' read -r fn args _ result; do
+    want_args="$(ARGS="$args" perl -e "$NORMALIZE"' print normalize($ENV{ARGS}), "\n";')"
+    want="$(R="$result" perl -e "$NORMALIZE$NORMALIZE_RESULT"' print normalize_result($ENV{R}), "\n";')"
+    found="$(FN="$fn" doc_results | awk -F'|' -v a="$want_args" '$1 == a { print $2 }' | sort -u)"
+    if ! grep -qxF -- "$want" <<<"$found"; then
+        bad+=("$fn (catalog: RETURNS $want; docs: $(paste -sd ';' <<<"${found:-no RETURNS after the exact signature}"))")
+    elif [[ "$(grep -cvxF -- "$want" <<<"$found" || true)" != 0 ]]; then
+        bad+=("$fn (catalog: RETURNS $want; docs also: $(grep -vxF -- "$want" <<<"$found" | paste -sd ';'))")
+    fi
+done <<<"$FUNCTIONS"
+missing_list "functions whose result type the docs give wrongly" "${bad[@]}"
 log "checked $n_functions functions"
 
 # ---------------------------------------------------------------------------
@@ -126,6 +185,51 @@ while read -r obj; do
     grep -qF -- "\`$obj\`" "${DOCS[@]}" || bad+=("$obj")
 done <<<"$OBJECTS"
 missing_list "objects not named as \`vq.name\` in the docs" "${bad[@]}"
+
+# and their columns (fields, labels) in the second cell of their row of docs/reference.md.
+# One line per object: "vq.name|column list" as the docs must write it, annotations aside.
+COLUMNS="$(q "
+SELECT 'vq.' || c.relname || '|' || string_agg(a.attname, ', ' ORDER BY a.attnum)
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+  JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+ WHERE n.nspname = 'vq' AND (c.relkind = 'v'
+        OR (c.relkind IN ('r', 'p') AND has_table_privilege('public', c.oid, 'SELECT')))
+ GROUP BY c.relname
+UNION ALL
+SELECT 'vq.' || t.typname || '|' || string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod), ', ' ORDER BY a.attnum)
+  FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
+  JOIN pg_class c ON c.oid = t.typrelid AND c.relkind = 'c'
+  JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+ WHERE n.nspname = 'vq' GROUP BY t.typname
+UNION ALL
+SELECT 'vq.' || t.typname || '|' || string_agg(e.enumlabel, ', ' ORDER BY e.enumsortorder)
+  FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
+  JOIN pg_enum e ON e.enumtypid = t.oid
+ WHERE n.nspname = 'vq' GROUP BY t.typname
+ ORDER BY 1")"
+# doc_cell OBJ: the second cell of the first row of docs/reference.md whose first cell names
+# \`OBJ\`, as a column list: parenthesized annotations, backticks and the word "enum" removed,
+# items trimmed, timestamptz for "timestamp with time zone".
+doc_cell() {
+    OBJ="$1" perl -ne '
+        next unless /^\|/;
+        my @cells = split /\|/;
+        next unless @cells > 2 && index($cells[1], "`$ENV{OBJ}`") >= 0;
+        my $cell = $cells[2];
+        1 while $cell =~ s/\([^()]*\)//g;
+        $cell =~ s/`//g;
+        $cell =~ s/^\s*enum\s+//;
+        $cell =~ s/timestamp with time zone/timestamptz/g;
+        print join(", ", grep { $_ ne "" } map { s/^\s+|\s+$//gr =~ s/\s+/ /gr } split /,/, $cell), "\n";
+        exit;' "$REFERENCE"
+}
+bad=()
+while IFS='|' read -r obj cols; do
+    cols="${cols//timestamp with time zone/timestamptz}"
+    got="$(doc_cell "$obj")"
+    [[ "$got" == "$cols" ]] || bad+=("$obj (catalog: [$cols]; docs/reference.md: [${got:-no row}])")
+done <<<"$COLUMNS"
+missing_list "views, tables and types whose columns docs/reference.md lists wrongly" "${bad[@]}"
 log "checked $(grep -c . <<<"$OBJECTS" || true) views, tables and types"
 
 # ---------------------------------------------------------------------------

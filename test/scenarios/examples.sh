@@ -29,10 +29,9 @@ set -euo pipefail
 
 EX="$VQ_REPO_ROOT/examples"
 PY=/usr/bin/python3           # Debian's, which has python3-psycopg (not the first python3 on PATH)
-BOUNCER_PORT=56200            # names pgbouncer's socket, in a directory of its own: cannot collide
+EX_BOUNCER_PORT=56200         # names pgbouncer's socket, in a directory of its own: cannot collide
 TMPD="$(mktemp -d /tmp/vq_examples.XXXXXX)"
 declare -A BG_PID=()
-BOUNCER_DIR=""
 
 cleanup() {
     local rc=$? name
@@ -203,51 +202,9 @@ for lang in "${LANGS[@]}"; do
     N_ORDERS=$((N_ORDERS + 1))
 done
 
-# bouncer_start: a pgbouncer (as postgres: it refuses root) on a unix socket of its own (a TCP
-# port could be taken by anything on the machine), transaction pooling, one server connection
-# per database and user.
-bouncer_start() {
-    BOUNCER_DIR="$TMPD/pgbouncer"
-    mkdir "$BOUNCER_DIR"
-    printf '"shop_app" ""\n"postgres" ""\n' >"$BOUNCER_DIR/users.txt"
-    cat >"$BOUNCER_DIR/pgbouncer.ini" <<EOF
-[databases]
-* = host=$PGHOST port=$PGPORT
-[pgbouncer]
-listen_port = $BOUNCER_PORT
-unix_socket_dir = $BOUNCER_DIR
-auth_type = trust
-auth_file = $BOUNCER_DIR/users.txt
-pool_mode = transaction
-default_pool_size = 1
-max_client_conn = 20
-logfile = $BOUNCER_DIR/pgbouncer.log
-pidfile = $BOUNCER_DIR/pgbouncer.pid
-EOF
-    chown -R postgres:postgres "$BOUNCER_DIR"
-    chmod 755 "$TMPD"
-    vq_as_pg "$PGBOUNCER" -d "$BOUNCER_DIR/pgbouncer.ini" ||
-        fail "pgbouncer did not start: $(tail -n 20 "$BOUNCER_DIR/pgbouncer.log" 2>/dev/null)"
-    PGHOST="$BOUNCER_DIR" PGPORT="$BOUNCER_PORT" wait_ready 10
-}
-
-# bouncer_stop: stop the pgbouncer bouncer_start started (by the pid in its pidfile).
-bouncer_stop() {
-    local pid i
-    [[ -n "$BOUNCER_DIR" && -s "$BOUNCER_DIR/pgbouncer.pid" ]] || return 0
-    pid="$(cat "$BOUNCER_DIR/pgbouncer.pid")"
-    kill -TERM "$pid" 2>/dev/null || return 0
-    for ((i = 0; i < 250; i++)); do
-        kill -0 "$pid" 2>/dev/null || return 0
-        sleep 0.02
-    done
-    echo "WARNING: pgbouncer $pid did not stop within 5 s" >&2
-    return 1
-}
-
 if [[ -n "$PGBOUNCER" ]]; then
     log "2. orders through PgBouncer in transaction pooling mode"
-    bouncer_start
+    bouncer_start "$TMPD/pgbouncer" "$EX_BOUNCER_PORT" "shop_app postgres" "* = host=$PGHOST port=$PGPORT"
     for lang in "${LANGS[@]}"; do
         example "$lang" orders
         out="$(PGHOST="$BOUNCER_DIR" PGPORT="$BOUNCER_PORT" PGUSER=shop_app "${EXAMPLE_CMD[@]}" "$lang-bouncer")" ||
@@ -336,12 +293,12 @@ SELECT what FROM o, LATERAL (VALUES
    (SELECT jsonb_agg(m ORDER BY m->>'name', m->>'labels') FROM jsonb_array_elements(o->'metrics') m
      WHERE m->>'name' IN ('vq_jobs', 'vq_outbox_rows'))
    = (SELECT jsonb_agg(m ORDER BY m->>'name', m->>'labels') FROM (
-        SELECT jsonb_build_object('name', 'vq_jobs', 'labels', jsonb_build_object('queue', queue, 'state', st), 'value', n) AS m
+        SELECT jsonb_build_object('name', 'vq_jobs', 'labels', jsonb_build_object('queue', queue, 'state', st, 'scope', scope), 'value', n) AS m
           FROM vq.queue_stats, LATERAL (VALUES ('due', due), ('scheduled', scheduled), ('running', running),
                 ('completed', completed), ('dead_letter', dead_letter), ('cancelled', cancelled)) s(st, n)
         UNION ALL
-        SELECT jsonb_build_object('name', 'vq_outbox_rows', 'labels', jsonb_build_object('status', status), 'value', count(*))
-          FROM vq.outbox GROUP BY status) x)),
+        SELECT jsonb_build_object('name', 'vq_outbox_rows', 'labels', jsonb_build_object('status', status, 'scope', scope), 'value', n)
+          FROM vq.outbox_counts()) x)),
   ('metrics: one vq_oldest_due_seconds and one vq_completed_last_minute per queue',
    (SELECT count(*) FILTER (WHERE m->>'name' = 'vq_oldest_due_seconds') = (SELECT count(*) FROM vq.queue)
        AND count(*) FILTER (WHERE m->>'name' = 'vq_completed_last_minute') = (SELECT count(*) FROM vq.queue)
@@ -381,8 +338,8 @@ for lang in "${LANGS[@]}"; do
           else if (!typed[name]) print "no TYPE before: " $0 }' <<<"$body")"
     [[ -z "$bad" ]] || fail "exporter ($lang): $bad"
     assert_eq 4 "$(grep -c '^# TYPE vq_[a-z_]* gauge$' <<<"$body")" "exporter ($lang): TYPE lines (4 families)"
-    grep -qx "vq_jobs{queue=\"shop_invoices\",state=\"dead_letter\"} $CONSUMED" <<<"$body" ||
-        fail "exporter ($lang): no line vq_jobs{queue=\"shop_invoices\",state=\"dead_letter\"} $CONSUMED"
+    grep -qx "vq_jobs{queue=\"shop_invoices\",state=\"dead_letter\",scope=\"own\"} $CONSUMED" <<<"$body" ||
+        fail "exporter ($lang): no line vq_jobs{queue=\"shop_invoices\",state=\"dead_letter\",scope=\"own\"} $CONSUMED"
     # the samples are vq_metrics() (but for completions leaving the last minute meanwhile)
     expect="$(PGUSER=shop_app q "SELECT line FROM vq_metrics() AS line WHERE line NOT LIKE 'vq_completed_last_minute%' ORDER BY 1")"
     assert_eq "$expect" "$(grep -v -e '^#' -e '^vq_completed_last_minute' <<<"$body" | LC_ALL=C sort)" \

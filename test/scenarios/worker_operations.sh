@@ -49,7 +49,7 @@ log "pause: 20 jobs of a paused queue wait"
 q "SELECT vq_pause_queue('pq')" >/dev/null
 q "SELECT count(vq_enqueue('ops_p', jsonb_build_object('n', g))) FROM generate_series(1, 20) g" >/dev/null
 wait_for "SELECT due = 20 AND paused FROM vq.queue_stats WHERE queue = 'pq'" 5 "vq.queue_stats shows 20 due jobs of the paused queue"
-assert_eq 't' "$(q "SELECT 'vq_jobs{queue=\"pq\",state=\"due\"} 20' IN (SELECT * FROM vq_metrics())")" \
+assert_eq 't' "$(q "SELECT 'vq_jobs{queue=\"pq\",state=\"due\",scope=\"all\"} 20' IN (SELECT * FROM vq_metrics())")" \
     "vq_metrics() reports the 20 due jobs"
 assert_stays "SELECT count(*) FROM ops_runs" 1 "runs while the queue is paused"
 assert_eq 20 "$(q "SELECT count(*) FROM vq.job WHERE queue = 'pq' AND state = 'ENQUEUED'")" "jobs still ENQUEUED"

@@ -99,8 +99,10 @@ SELECT name, queue, priority, max_attempts FROM vq.handler_settings WHERE name =
 SELECT handler_name, queue, priority, max_attempts FROM vq_resolve_target('cf-other');
 
 -------------------------------------------------------------------------------
--- Queue violations: VQ101, the message names the queue and the JSON key.
--- Each document also holds a valid queue "cf.ok1" that must not be created.
+-- Queue violations: VQ101 for invalid values, VQ104 for a malformed document (an unknown
+-- key, settings that are not an object, a value of the wrong JSON type); the message names
+-- the queue and the JSON key. Each document also holds a valid queue "cf.ok1" that must not
+-- be created.
 -------------------------------------------------------------------------------
 SELECT vq_configure('{"queues": {"cf.ok1": {}, "cf.bad": {"sleepDelayMs": 0}}}');
 \echo :LAST_ERROR_SQLSTATE
@@ -124,17 +126,17 @@ SELECT vq_configure('{"queues": {"cf.ok1": {}, "cf.bad": {"backoffMaxDelayMs": 9
 -- Unknown strategy.
 SELECT vq_configure('{"queues": {"cf.ok1": {}, "cf.bad": {"backoffStrategy": "RANDOM"}}}');
 \echo :LAST_ERROR_SQLSTATE
--- Unknown field key (the snake_case SQL name is not a JSON key).
+-- Unknown field key (the snake_case SQL name is not a JSON key): VQ104.
 SELECT vq_configure('{"queues": {"cf.ok1": {}, "cf.bad": {"sleep_delay_ms": 100}}}');
 \echo :LAST_ERROR_SQLSTATE
--- Settings that are not an object.
+-- Settings that are not an object: VQ104.
 SELECT vq_configure('{"queues": {"cf.ok1": {}, "cf.bad": 5}}');
 \echo :LAST_ERROR_SQLSTATE
 SELECT vq_configure('{"queues": {"cf.ok1": {}, "cf.bad": null}}');
 \echo :LAST_ERROR_SQLSTATE
 SELECT vq_configure('{"queues": {"cf.ok1": {}, "cf.bad": ["sleepDelayMs", 100]}}');
 \echo :LAST_ERROR_SQLSTATE
--- Wrong JSON types.
+-- Wrong JSON types: VQ104 (a number that is not an integer is an invalid value: VQ101).
 SELECT vq_configure('{"queues": {"cf.ok1": {}, "cf.bad": {"sleepDelayMs": "100"}}}');
 \echo :LAST_ERROR_SQLSTATE
 SELECT vq_configure('{"queues": {"cf.ok1": {}, "cf.bad": {"sleepDelayMs": 1.5}}}');
@@ -150,7 +152,7 @@ SELECT vq_configure('{"queues": {"cf.ok1": {}, "cf bad": {}}}');
 \echo :LAST_ERROR_SQLSTATE
 SELECT vq_configure('{"queues": {"cf.ok1": {}, "": {}}}');
 \echo :LAST_ERROR_SQLSTATE
--- Every violation of a queue at once.
+-- Every violation of a queue at once (one of them an unknown key: VQ104).
 SELECT vq_configure('{"queues": {"cf.ok1": {}, "cf.bad": {"sleepDelayMs": 0, "maxConcurrentJobs": -1,
                                  "backoffStrategy": "SOMETIMES", "backoffBaseDelayMs": 0,
                                  "backoffMaxDelayMs": -1, "instances": 0, "colour": "red"}}}');
@@ -158,7 +160,8 @@ SELECT vq_configure('{"queues": {"cf.ok1": {}, "cf.bad": {"sleepDelayMs": 0, "ma
 SELECT count(*) AS created FROM vq.queue WHERE name LIKE 'cf%bad' OR name IN ('cf.ok1', '');
 
 -------------------------------------------------------------------------------
--- Contract violations: VQ101, naming the contract and the JSON key.
+-- Contract violations: VQ101 (VQ104 for an unknown key, a wrong JSON type, settings that
+-- are not an object), naming the contract and the JSON key.
 -- Each document also holds a valid queue "cf.ok1" and a valid contract
 -- "cf-okc"; neither may be applied.
 -------------------------------------------------------------------------------
@@ -204,6 +207,10 @@ SELECT * FROM pg_temp.violations('{"contracts": {"cf-c1": {"maxAttempts": 0, "ba
                                                   "cf-c2": {"maxAttempts": 1001, "queue": "cf.nosuchq"},
                                                   "cf-c3": [],
                                                   "cf c4": {}}}');
+-- Only invalid values, in queues and contracts (a well-formed document): VQ101, every violation.
+SELECT * FROM pg_temp.violations('{"queues": {"cf.okq": {}, "cf.badq": {"sleepDelayMs": 0, "backoffStrategy": "SOMETIMES"}},
+                                   "contracts": {"cf-c1": {"maxAttempts": 0, "queue": "cf.nosuchq"},
+                                                 "cf-c2": {"priority": 1.5}}}');
 SELECT count(*) AS applied FROM vq.queue WHERE name IN ('cf.okq', 'cf.badq', 'cf.badq2');
 SELECT count(*) AS applied FROM vq.contract_override WHERE handler LIKE 'cf%c_';
 

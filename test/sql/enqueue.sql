@@ -319,6 +319,74 @@ SELECT vq_context_set('rolled_back', 'true');
 ROLLBACK;
 SELECT vq_context() AS after_rollback;
 SELECT vq_context_clear();
+-- The transaction-local form (is_local => true, as set_config(name, value, true)): bound
+-- for the rest of the transaction, gone at its end, whether it commits or rolls back.
+BEGIN;
+SELECT vq_context_set('tenant', '"t-local"', is_local => true);
+SELECT vq_context() AS local_in_tx;
+SELECT metadata AS local_job FROM enq_job(vq_enqueue('enq_plain'));
+SELECT current_setting('vq.context') AS session_setting_unchanged;
+COMMIT;
+SELECT vq_context() AS after_commit;
+BEGIN;
+SELECT vq_context_set('tenant', '"t-local"', true);
+ROLLBACK;
+SELECT vq_context() AS after_rollback;
+-- Over a session binding: the local value wins in the transaction, the session's comes back.
+SELECT vq_context_set('tenant', '"t-session"');
+BEGIN;
+SELECT vq_context_set('tenant', '"t-local"', true), vq_context_set('trace', '"x-local"', true);
+SELECT vq_context() AS local_over_session;
+COMMIT;
+SELECT vq_context() AS session_again;
+-- A local unbind, and a local clear of everything, last until the transaction ends.
+BEGIN;
+SELECT vq_context_set('tenant', NULL, true);
+SELECT vq_context() AS locally_unbound;
+SELECT vq_context_clear(NULL, true), vq_context_set('trace', '"x-local"', true);
+SELECT vq_context() AS locally_cleared_then_bound;
+SELECT metadata AS job_in_cleared_tx FROM enq_job(vq_enqueue('enq_plain'));
+COMMIT;
+SELECT vq_context() AS session_again;
+-- A session binding made after a local one in the same transaction stays; the local one
+-- does not (nor when it is the same namespace: the session form wins, as SET after SET LOCAL).
+BEGIN;
+SELECT vq_context_set('trace', '"x-local"', true), vq_context_set('span', '"s-local"', true);
+SELECT vq_context_set('trace', '"x-session"'), vq_context_set('req', '"r-session"', false);
+SELECT vq_context() AS both_in_tx;
+COMMIT;
+SELECT vq_context() AS session_bindings_only;
+-- Savepoints: a rollback to one undoes the local bindings made after it, a release keeps them.
+SELECT vq_context_clear();
+BEGIN;
+SELECT vq_context_set('a', '1', true);
+SAVEPOINT s1;
+SELECT vq_context_set('b', '2', true);
+ROLLBACK TO SAVEPOINT s1;
+SAVEPOINT s2;
+SELECT vq_context_set('c', '3', true);
+RELEASE SAVEPOINT s2;
+SELECT vq_context() AS after_savepoints;
+COMMIT;
+SELECT vq_context() AS nothing_after;
+-- vq_context_clear(namespace, is_local => true) unbinds a session namespace for the
+-- transaction only; a NULL is_local means false (as for set_config).
+SELECT vq_context_set('tenant', '"t-session"', NULL);
+BEGIN;
+SELECT vq_context_clear('tenant', is_local => true);
+SELECT vq_context() AS unbound_in_tx;
+COMMIT;
+SELECT vq_context() AS session_again;
+-- Outside a transaction block the local form lasts for its statement only.
+SELECT vq_context_set('stmt', '1', true), vq_context() -> 'stmt' AS in_statement;
+SELECT vq_context() AS after_statement;
+-- A collision with a locally bound namespace is refused like one with a session binding.
+BEGIN;
+SELECT vq_context_set('app', '1', true);
+SELECT vq_enqueue('enq_plain', '{}', metadata => '{"app": 2}');
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+SELECT vq_context_clear();
 
 ------------------------------------------------------------------------------
 -- Rollback leaves nothing; a savepoint rollback removes only what came after it.

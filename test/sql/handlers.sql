@@ -168,6 +168,32 @@ SELECT * FROM pg_temp.hs WHERE name LIKE 'hb%' ORDER BY name;
 SELECT name, queue, priority, max_attempts, is_contract
   FROM vq.handler_settings WHERE name LIKE 'hb%' ORDER BY name;
 SELECT vq_register_handlers('[]');
+-- Function names are resolved as vq_register_handler's regprocedure argument is: with the
+-- caller's search_path (here hd and vq), as the caller; the address stored is qualified.
+BEGIN;
+SET LOCAL search_path = hd, vq, public;
+SELECT vq_register_handler('hb_r0', 'h_one(jsonb)');
+SELECT vq_register_handlers('[{"name": "hb_r1", "function": "h_one(jsonb)"},
+                              {"name": "hb_r2", "function": "h_ctx(jsonb, job_context)"}]');
+COMMIT;
+SELECT name, address, takes_context FROM vq.handler WHERE name LIKE 'hb_r%' ORDER BY name;
+-- Not on the caller's search_path: "does not exist", as for regprocedure input; an unknown type
+-- is an invalid signature. Both are violations of their element (VQ102).
+SELECT vq_register_handlers('[{"name": "hb_r3", "function": "h_one(jsonb)"},
+                              {"name": "hb_r4", "function": "hd.h_ctx(jsonb, job_context)"}]');
+\echo :LAST_ERROR_SQLSTATE
+SELECT vq_register_handler('hb_r3', 'h_one(jsonb)');
+\echo :LAST_ERROR_SQLSTATE
+-- The caller's search_path is in effect for the lookup only: the registration itself still
+-- runs with its own (a function of the caller's schema named like a catalog one changes nothing).
+CREATE FUNCTION hd.jsonb_typeof(jsonb) RETURNS text LANGUAGE sql AS $$SELECT 'hijacked'$$;
+BEGIN;
+SET LOCAL search_path = hd, pg_catalog, public;
+SELECT vq_register_handlers('[{"name": "hb_r5", "function": "h_one(jsonb)"}]');
+SHOW search_path;
+COMMIT;
+SELECT name, address FROM vq.handler WHERE name = 'hb_r5';
+DROP FUNCTION hd.jsonb_typeof(jsonb);
 -- Not an array (of objects).
 SELECT vq_register_handlers('{"name": "hb_x", "channel": "hb_chan"}');
 \echo :LAST_ERROR_SQLSTATE

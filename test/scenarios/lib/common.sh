@@ -48,6 +48,30 @@
 #   fail_later MSG...           print "FAIL: MSG" on stderr, remember it and go on
 #   fail_summary                if fail_later was called: print "FAIL (summary): MSG" on
 #                               stderr for each of its messages and exit 1
+#   bouncer_start DIR PORT USERS DATABASE_LINE...
+#                               start a pgbouncer (as postgres: it refuses root) in DIR (made
+#                               here; its parent is made traversable), on a unix socket in DIR
+#                               named by PORT only (a TCP port could be taken by anything on
+#                               the machine), transaction pooling, one server connection per
+#                               database and user unless a line says pool_size, trust for the
+#                               space-separated USERS; each DATABASE_LINE is a line of its
+#                               [databases] section; waits until it accepts connections and
+#                               sets BOUNCER_DIR and BOUNCER_PORT (connect with
+#                               PGHOST="$BOUNCER_DIR" PGPORT="$BOUNCER_PORT")
+#   bouncer_stop                stop the pgbouncer bouncer_start started (by its pidfile);
+#                               returns 1 if it did not stop within 5 s
+#   session_start DIR NAME [APPNAME]
+#                               a long-lived session (psql -XAtq, ON_ERROR_STOP) fed through a
+#                               fifo in DIR, its output in DIR/NAME.out, application_name
+#                               APPNAME if given (it connects now: later statements need no
+#                               new connection)
+#   session_send NAME SQL       send SQL (one or more statements) to session NAME
+#   session_wait_line NAME REGEX SECS
+#                               wait until session NAME has printed a line that REGEX (grep -E)
+#                               matches whole, and print that line; fail after SECS, showing
+#                               what the session printed
+#   session_end NAME            close its input and wait for it; fail if psql failed
+#   sessions_stop               for EXIT traps: close and kill every session still open
 #
 # Every helper connects through the libpq environment (PGHOST, PGPORT, PGDATABASE ...); to
 # run one against another database or server, prefix it: PGDATABASE=other wait_for ...
@@ -288,5 +312,102 @@ stop_snapshot_holder() { # for cleanup traps: end the holder if it still runs
     [[ -n "$VQ_HOLDER_FD" ]] && exec {VQ_HOLDER_FD}>&-
     [[ -n "$VQ_HOLDER_PID" ]] && kill "$VQ_HOLDER_PID" 2>/dev/null
     VQ_HOLDER_FD="" VQ_HOLDER_PID=""
+    return 0
+}
+
+# ---- pgbouncer --------------------------------------------------------------------------
+BOUNCER_DIR="" BOUNCER_PORT=""
+bouncer_start() { # DIR PORT USERS DATABASE_LINE...
+    local dir="$1" port="$2" users="$3" u pgbouncer
+    shift 3
+    pgbouncer="$(command -v pgbouncer || echo /usr/sbin/pgbouncer)"
+    mkdir "$dir"
+    for u in $users; do
+        printf '"%s" ""\n' "$u"
+    done >"$dir/users.txt"
+    {
+        echo "[databases]"
+        printf '%s\n' "$@"
+        cat <<EOF
+[pgbouncer]
+listen_port = $port
+unix_socket_dir = $dir
+auth_type = trust
+auth_file = $dir/users.txt
+pool_mode = transaction
+default_pool_size = 1
+max_client_conn = 50
+logfile = $dir/pgbouncer.log
+pidfile = $dir/pgbouncer.pid
+EOF
+    } >"$dir/pgbouncer.ini"
+    chown -R postgres:postgres "$dir"
+    chmod 755 "$(dirname "$dir")"
+    BOUNCER_DIR="$dir" BOUNCER_PORT="$port"
+    (cd / && runuser -u postgres -- "$pgbouncer" -d "$dir/pgbouncer.ini") ||
+        fail "pgbouncer did not start: $(tail -n 20 "$dir/pgbouncer.log" 2>/dev/null)"
+    PGHOST="$dir" PGPORT="$port" wait_ready 10
+}
+
+bouncer_stop() {
+    local pid i
+    [[ -n "$BOUNCER_DIR" && -s "$BOUNCER_DIR/pgbouncer.pid" ]] || return 0
+    pid="$(cat "$BOUNCER_DIR/pgbouncer.pid")"
+    kill -TERM "$pid" 2>/dev/null || return 0
+    for ((i = 0; i < 250; i++)); do
+        kill -0 "$pid" 2>/dev/null || return 0
+        sleep 0.02
+    done
+    echo "WARNING: pgbouncer $pid did not stop within 5 s" >&2
+    return 1
+}
+
+# ---- long-lived sessions ----------------------------------------------------------------
+declare -gA VQ_SESSION_PID=() VQ_SESSION_FD=() VQ_SESSION_DIR=()
+session_start() { # DIR NAME [APPNAME]
+    local dir="$1" name="$2" fd
+    mkfifo "$dir/$name.in"
+    PGAPPNAME="${3:-${PGAPPNAME:-psql}}" psql -XAtq -v ON_ERROR_STOP=1 \
+        <"$dir/$name.in" >"$dir/$name.out" 2>&1 &
+    VQ_SESSION_PID[$name]=$!
+    exec {fd}>"$dir/$name.in"
+    VQ_SESSION_FD[$name]=$fd
+    VQ_SESSION_DIR[$name]="$dir"
+}
+
+session_send() { # NAME SQL
+    printf '%s\n' "$2" >&"${VQ_SESSION_FD[$1]}"
+}
+
+session_wait_line() { # NAME REGEX SECS
+    local out="${VQ_SESSION_DIR[$1]}/$1.out" deadline
+    deadline=$(($(date +%s%N) + $3 * 1000000000))
+    until grep -xE -m 1 -- "$2" "$out"; do
+        (($(date +%s%N) < deadline)) || fail "session $1 printed no line matching [$2] within $3 s: $(tail -n 5 "$out")"
+        sleep "$VQ_WAIT_POLL_SECS"
+    done
+}
+
+session_end() { # NAME
+    local name="$1" rc=0 fd="${VQ_SESSION_FD[$1]}"
+    exec {fd}>&-
+    unset "VQ_SESSION_FD[$name]"
+    wait "${VQ_SESSION_PID[$name]}" || rc=$?
+    unset "VQ_SESSION_PID[$name]"
+    rm -f "${VQ_SESSION_DIR[$name]}/$name.in"
+    ((rc == 0)) || fail "session $name failed (exit $rc): $(cat "${VQ_SESSION_DIR[$name]}/$name.out")"
+}
+
+sessions_stop() {
+    local name fd
+    for name in "${!VQ_SESSION_FD[@]}"; do
+        fd="${VQ_SESSION_FD[$name]}"
+        exec {fd}>&-
+    done
+    for name in "${!VQ_SESSION_PID[@]}"; do
+        kill "${VQ_SESSION_PID[$name]}" 2>/dev/null
+        wait "${VQ_SESSION_PID[$name]}" 2>/dev/null
+    done
+    VQ_SESSION_FD=() VQ_SESSION_PID=()
     return 0
 }
