@@ -46,7 +46,7 @@ SELECT count(*) AS called_here FROM public.cbq_seen;
 SELECT kind, callbacks, (context).job_id, outcome, error, (transition).kind AS t_kind, (job).state AS job_state
   FROM vq.callback_event WHERE execution_id = :'id3' ORDER BY id;
 
--- Closed to PUBLIC: the rows carry other roles' jobs.
+-- Hidden from other roles (row security): the rows carry other roles' jobs.
 CREATE ROLE cbq_plain;
 SET ROLE cbq_plain;
 SELECT count(*) FROM vq.callback_event;
