@@ -74,3 +74,14 @@ soak:
 failover:
 	FO_EVENTS="switchover kill kill_async switchover kill kill_async" FO_LOAD_SECS=20 FO_PRODUCERS=4 \
 		./test/failover/failover.sh
+
+# ---- Release artifacts: scripts/package (not part of ./scripts/test) ---------------------
+# make dist          vq_job-$(EXTVERSION).tar.gz: git archive of HEAD, checked to build
+# make distcheck     dist, then a build and a staged install from the unpacked tarball
+# make deb           the Debian package postgresql-<major>-vq-job (dpkg-buildpackage), in build/deb/
+# make package-test  that package installed on a clean Debian 12 root (debootstrap), a job run
+.PHONY: print-version dist distcheck deb package-test
+print-version:
+	@echo $(EXTVERSION)
+dist distcheck deb package-test:
+	VQ_VERSION=$(EXTVERSION) PG_CONFIG=$(PG_CONFIG) ./scripts/package $(patsubst package-%,%,$@)
