@@ -24,6 +24,10 @@ REGRESS_OPTS = --inputdir=test --outputdir=test
 ISOLATION    = $(patsubst test/isolation/specs/%.spec,%,$(sort $(wildcard test/isolation/specs/*.spec)))
 ISOLATION_OPTS = --inputdir=test/isolation --outputdir=test/isolation/output
 
+# vq_consumer is built with the caller's CFLAGS, CPPFLAGS and LDFLAGS from the environment
+# (dpkg-buildflags in a package build), not with the server's that PGXS sets below.
+VQ_CONSUMER_FLAGS := $(foreach v,CFLAGS CPPFLAGS LDFLAGS,$(if $(filter environment,$(origin $(v))),$(v)='$(value $(v))'))
+
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
@@ -34,10 +38,10 @@ $(OBJS): $(wildcard src/*.h)
 .PHONY: consumer install-consumer clean-consumer
 all: consumer
 consumer:
-	$(MAKE) -C consumer PG_CONFIG=$(PG_CONFIG)
+	$(MAKE) -C consumer PG_CONFIG=$(PG_CONFIG) $(VQ_CONSUMER_FLAGS)
 install: install-consumer
 install-consumer: consumer
-	$(MAKE) -C consumer PG_CONFIG=$(PG_CONFIG) install
+	$(MAKE) -C consumer PG_CONFIG=$(PG_CONFIG) $(VQ_CONSUMER_FLAGS) install
 clean: clean-consumer
 clean-consumer:
 	$(MAKE) -C consumer clean
