@@ -89,3 +89,9 @@ print-version:
 	@echo $(EXTVERSION)
 dist distcheck deb package-test:
 	VQ_VERSION=$(EXTVERSION) PG_CONFIG=$(PG_CONFIG) ./scripts/package $(patsubst package-%,%,$@)
+# make clean leaves the tree as unpacked (a Debian source build compares it with the tarball):
+# installcheck writes its results under test/ (REGRESS_OPTS, ISOLATION_OPTS).
+.PHONY: clean-test-output
+clean: clean-test-output
+clean-test-output:
+	rm -rf test/results test/regression.diffs test/regression.out test/isolation/output
