@@ -25,6 +25,10 @@ REGRESS_OPTS = --inputdir=test --outputdir=test
 ISOLATION    = $(patsubst test/isolation/specs/%.spec,%,$(sort $(wildcard test/isolation/specs/*.spec)))
 ISOLATION_OPTS = --inputdir=test/isolation --outputdir=test/isolation/output
 
+# vq_consumer is built with the caller's CFLAGS, CPPFLAGS and LDFLAGS from the environment
+# (dpkg-buildflags in a package build), not with the server's that PGXS sets below.
+VQ_CONSUMER_FLAGS := $(foreach v,CFLAGS CPPFLAGS LDFLAGS,$(if $(filter environment,$(origin $(v))),$(v)='$(value $(v))'))
+
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
@@ -35,10 +39,10 @@ $(OBJS): $(wildcard src/*.h)
 .PHONY: consumer install-consumer clean-consumer
 all: consumer
 consumer:
-	$(MAKE) -C consumer PG_CONFIG=$(PG_CONFIG)
+	$(MAKE) -C consumer PG_CONFIG=$(PG_CONFIG) $(VQ_CONSUMER_FLAGS)
 install: install-consumer
 install-consumer: consumer
-	$(MAKE) -C consumer PG_CONFIG=$(PG_CONFIG) install
+	$(MAKE) -C consumer PG_CONFIG=$(PG_CONFIG) $(VQ_CONSUMER_FLAGS) install
 clean: clean-consumer
 clean-consumer:
 	$(MAKE) -C consumer clean
@@ -75,3 +79,20 @@ soak:
 failover:
 	FO_EVENTS="switchover kill kill_async switchover kill kill_async" FO_LOAD_SECS=20 FO_PRODUCERS=4 \
 		./test/failover/failover.sh
+
+# ---- Release artifacts: scripts/package (not part of ./scripts/test) ---------------------
+# make dist          vq_job-$(EXTVERSION).tar.gz: git archive of HEAD, checked to build
+# make distcheck     dist, then a build and a staged install from the unpacked tarball
+# make deb           the Debian package postgresql-<major>-vq-job (dpkg-buildpackage), in build/deb/
+# make package-test  that package installed on a clean Debian 12 root (debootstrap), a job run
+.PHONY: print-version dist distcheck deb package-test
+print-version:
+	@echo $(EXTVERSION)
+dist distcheck deb package-test:
+	VQ_VERSION=$(EXTVERSION) PG_CONFIG=$(PG_CONFIG) ./scripts/package $(patsubst package-%,%,$@)
+# make clean leaves the tree as unpacked (a Debian source build compares it with the tarball):
+# installcheck writes its results under test/ (REGRESS_OPTS, ISOLATION_OPTS).
+.PHONY: clean-test-output
+clean: clean-test-output
+clean-test-output:
+	rm -rf test/results test/regression.diffs test/regression.out test/isolation/output

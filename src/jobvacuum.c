@@ -35,6 +35,7 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 
+#include "compat.h"
 #include "jobvacuum.h"
 
 #define JOB_VACUUM_INTERVAL_MS 10000
@@ -90,8 +91,8 @@ ReadFigures(JobTableFigures *figures)
 	figures->pages = RelationGetNumberOfBlocks(rel);
 	relation_close(rel, NoLock);
 	stats = pgstat_fetch_stat_tabentry(figures->relid);
-	figures->dead = stats ? stats->n_dead_tuples : 0;
-	figures->vacuums = stats ? stats->vacuum_count + stats->autovac_vacuum_count : 0;
+	figures->dead = stats ? vq_stat_dead_tuples(stats) : 0;
+	figures->vacuums = stats ? vq_stat_vacuums(stats) : 0;
 	CommitTransactionCommand();
 	return true;
 }
