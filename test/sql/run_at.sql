@@ -104,8 +104,8 @@ SELECT vq_enqueue_in('ra_h', '{}', '1000 years', job_id => 'in-1000-years') IS N
 -- 4. monitoring survives an infinite time written directly
 UPDATE vq.job SET scheduled_at = '-infinity' WHERE job_id = 'superuser-backdated';
 SELECT queue, due, oldest_due_age > interval '20 years' AS oldest_due_is_2000 FROM vq.queue_stats WHERE queue = 'ra_q';
-SELECT m ~ '^vq_oldest_due_seconds\{queue="ra_q"\} [0-9.]+$' AS oldest_due_line
-  FROM vq_metrics() m WHERE m LIKE 'vq_oldest_due_seconds{queue="ra_q"}%';
+SELECT m ~ '^vq_oldest_due_seconds\{queue="ra_q",scope="all"\} [0-9.]+$' AS oldest_due_line
+  FROM vq_metrics() m WHERE m LIKE 'vq_oldest_due_seconds{queue="ra_q",%';
 
 -- Clean up (roles are cluster-wide).
 SET client_min_messages = warning;
