@@ -148,6 +148,20 @@ static bool startup_due_checked = false;
 static TimestampTz relay_next_poll = 0;
 static int	relay_delay_ms = RELAY_POLL_BASE_MS;
 static TimestampTz last_work = 0;	/* when a poll cycle last found work */
+static bool last_cycle_found_work = false;
+
+/*
+ * Housekeeping with nothing to watch: the last rescue found no RUNNING job
+ * (no executor's job to rescue should it die, no NOTIFY reply awaited), no
+ * executor left the slot since (an exit wakes the others), retention is
+ * caught up. Then the executor sleeps until its next queue or relay poll or
+ * known due time only, not its once-a-second housekeeping ticks: the
+ * executors of an idle database wake no more often than their polls say.
+ * Work found, or a latch set, ends it.
+ */
+static bool quiet = false;
+static uint64 exits_when_quiet = 0;
+static bool retention_behind = false;
 static bool started_always_running = false; /* started as one of vq.executors_per_database (or told to go) */
 
 static void CommitCycle(bool announced_only);
@@ -201,8 +215,9 @@ DetachSlot(int code, Datum arg)
 		VqMyExecutorSlot->running_visible = false;
 	}
 	LWLockRelease(VqMyDatabaseSlot->lock);
-	/* the others' rescue looks for jobs it may have left RUNNING (outcome.c) */
+	/* the others' rescue looks for jobs it may have left RUNNING (outcome.c): wake one that sleeps */
 	pg_atomic_fetch_add_u64(&VqMyDatabaseSlot->executor_exits, 1);
+	VqWakeExecutors(VqMyDatabase, true, 0, 0);
 	VqWakeLauncher();
 }
 
@@ -440,6 +455,7 @@ Housekeeping(TimestampTz now)
 	{
 		VqRegistry *registry = VqRegistryPin();
 		bool		notify_turn = registry->has_notify_handlers && TakeNotifySweepTurn(now);
+		uint64		exits = pg_atomic_read_u64(&VqMyDatabaseSlot->executor_exits);
 
 		if (VqRescueOrphans(registry, now, notify_turn) > 0)
 			VqPollAllNow(now);
@@ -447,6 +463,9 @@ Housekeeping(TimestampTz now)
 			reserved = VqReannounceWaiting(registry, now);
 		VqRegistryRelease(registry);
 		last_rescue = now;
+		/* (looked at only between idle cycles: a busy executor is never quiet) */
+		quiet = !last_cycle_found_work && !VqAnyJobRunning();
+		exits_when_quiet = exits;
 	}
 	if (flush)
 	{
@@ -479,7 +498,7 @@ LookAtDueTimes(VqRegistry *registry, TimestampTz now)
 		return;
 	VqPollAllNow(now);
 	relay_next_poll = now;		/* an outbox row's scheduled_at or retry time may be the one */
-	next = VqEarliestFutureDue(registry, now);
+	next = Min(VqEarliestFutureDue(registry, now), VqRelayNextDue(now));
 	/* replace the passed value (or lower a later one a committing enqueue set meanwhile) */
 	while (((int64) cur <= now || (int64) cur > next) &&
 		   !pg_atomic_compare_exchange_u64(&VqMyDatabaseSlot->next_due, &cur, (uint64) next))
@@ -760,6 +779,14 @@ IsExtraExecutor(void)
 	return VqMyExecutorIndex >= Min(vq_executors_per_database, VQ_MAX_EXECUTORS);
 }
 
+/* Has housekeeping nothing to watch (see quiet)? */
+static bool
+HousekeepingQuiet(void)
+{
+	return quiet && !retention_behind &&
+		pg_atomic_read_u64(&VqMyDatabaseSlot->executor_exits) == exits_when_quiet;
+}
+
 /* How long to sleep: until the next queue poll, known due time or housekeeping tick. */
 static long
 SleepMs(void)
@@ -768,12 +795,16 @@ SleepMs(void)
 	TimestampTz wake = VqNextQueuePoll(now);
 
 	wake = Min(wake, (TimestampTz) pg_atomic_read_u64(&VqMyDatabaseSlot->next_due));
-	wake = Min(wake, relay_next_poll);
-	wake = Min(wake, TimestampTzPlusMilliseconds(last_rescue, RESCUE_INTERVAL_MS));
-	if (vq_progress_flush_interval_ms > 0)
-		wake = Min(wake, TimestampTzPlusMilliseconds(last_progress_flush, vq_progress_flush_interval_ms));
-	if (VqMyExecutorIndex == 0)
-		wake = Min(wake, TimestampTzPlusMilliseconds(last_retention, RETENTION_INTERVAL_MS));
+	if (!HousekeepingQuiet())
+	{
+		/* (quiet, the relay's poll, a safety net, rides on the queues' polls: due rows wake us) */
+		wake = Min(wake, relay_next_poll);
+		wake = Min(wake, TimestampTzPlusMilliseconds(last_rescue, RESCUE_INTERVAL_MS));
+		if (vq_progress_flush_interval_ms > 0)
+			wake = Min(wake, TimestampTzPlusMilliseconds(last_progress_flush, vq_progress_flush_interval_ms));
+		if (VqMyExecutorIndex == 0)
+			wake = Min(wake, TimestampTzPlusMilliseconds(last_retention, RETENTION_INTERVAL_MS));
+	}
 	if (IsExtraExecutor())
 		wake = Min(wake, TimestampTzPlusMilliseconds(last_work, EXTRA_EXECUTOR_IDLE_MS));
 	if (wake <= now)
@@ -909,14 +940,18 @@ vq_executor_main(Datum arg)
 			break;				/* the pool was made smaller; or started on demand, and idle */
 		ReadWakeCounters();
 		found_work = PollCycle();	/* exits the process if the extension is gone */
+		last_cycle_found_work = found_work;
 		if (found_work)
+		{
 			last_work = GetCurrentTimestamp();
+			quiet = false;
+		}
 		/* a background worker reports its table statistics itself (autovacuum depends on them) */
 		pgstat_report_stat(false);
 		if (VqMyExecutorIndex == 0 &&
 			TimestampDifferenceExceeds(last_retention, GetCurrentTimestamp(), RETENTION_INTERVAL_MS))
 		{
-			VqRunRetention();
+			retention_behind = VqRunRetention();
 			last_retention = GetCurrentTimestamp();
 			VqVacuumJobTable(last_retention);
 			VqCompactJobTable(last_retention);
