@@ -6,9 +6,10 @@
  * executors for the slow jobs its claim left waiting and one to keep claiming
  * (pool.c); those started on demand exit after idling. Every executor polls the database's queues,
  * claims due jobs and runs them. Between jobs, every executor also rescues
- * jobs whose executor died and saves the progress of jobs running in the
- * others (so this goes on while any one of them is busy with a long job);
- * executor 0 also deletes expired finished jobs.
+ * jobs whose executor died (so this goes on while any one of them is busy
+ * with a long job); executor 0 also deletes expired finished jobs. The
+ * progress and log lines of running jobs are saved by the saver (saver.c),
+ * which the launcher starts for that.
  *
  * A poll cycle has named steps: housekeeping (its own short transaction),
  * then in one transaction: the outbox relay when it is due, or a claim
@@ -84,6 +85,7 @@
 #include "relay.h"
 #include "retention.h"
 #include "roles.h"
+#include "settings.h"
 #include "spi_util.h"
 #include "vq_job.h"
 #include "wakeup.h"
@@ -136,7 +138,6 @@ static MemoryContext cycle_context = NULL;
 static TimestampTz last_rescue = 0;
 static TimestampTz next_positions_check = 0;
 static TimestampTz last_retention = 0;
-static TimestampTz last_progress_flush = 0;
 static TimestampTz last_extension_check = 0;
 static uint64 extension_generation_seen = 0;
 
@@ -189,6 +190,7 @@ AttachSlot(void)
 		e->running_visible = false;
 		e->limited_handler[0] = '\0';
 		memset(&e->job, 0, sizeof(VqRunningJob));
+		VqLiveLogReset(&e->log);
 		LWLockRelease(VqMyDatabaseSlot->lock);
 		VqMyExecutorSlot = e;
 	}
@@ -420,8 +422,8 @@ TakeNotifySweepTurn(TimestampTz now)
  * Between claims, in a short transaction of its own when any is due: make
  * sure the extension is still there (a CREATE or DROP EXTENSION also moves
  * the slot's generation), abandon jobs of dead executors, announce again
- * NOTIFY jobs no consumer took, save the live progress of running jobs. Its
- * own transaction, so that the rows it touches are not held through a batch.
+ * NOTIFY jobs no consumer took. Its own transaction, so that the rows it
+ * touches are not held through a batch.
  */
 static void
 Housekeeping(TimestampTz now)
@@ -429,13 +431,11 @@ Housekeeping(TimestampTz now)
 	bool		check = extension_generation_seen != pg_atomic_read_u64(&VqMyDatabaseSlot->extension_generation) ||
 		TimestampDifferenceExceeds(last_extension_check, now, EXTENSION_CHECK_INTERVAL_MS);
 	bool		rescue = TimestampDifferenceExceeds(last_rescue, now, RESCUE_INTERVAL_MS);
-	bool		flush = vq_progress_flush_interval_ms > 0 &&
-		TimestampDifferenceExceeds(last_progress_flush, now, vq_progress_flush_interval_ms);
 	bool		positions = VqMyExecutorIndex == 0 &&
 		now >= next_positions_check;
 	bool		reserved = false;
 
-	if (!check && !rescue && !flush && !positions)
+	if (!check && !rescue && !positions)
 		return;
 	VqBeginTransaction();
 	if (check)
@@ -467,17 +467,9 @@ Housekeeping(TimestampTz now)
 		quiet = !last_cycle_found_work && !VqAnyJobRunning();
 		exits_when_quiet = exits;
 	}
-	if (flush)
-	{
-		VqFlushProgress();
-		VqSaveLiveLogs();
-		last_progress_flush = now;
-	}
 	CommitCycle(reserved);
 	VqAnnouncementsCommitted();
 	VqPullAnnouncementsCommitted();
-	if (flush)
-		VqLiveLogsSaved();
 	if (reserved)
 		VqSetClaimed(0, false);
 }
@@ -800,8 +792,6 @@ SleepMs(void)
 		/* (quiet, the relay's poll, a safety net, rides on the queues' polls: due rows wake us) */
 		wake = Min(wake, relay_next_poll);
 		wake = Min(wake, TimestampTzPlusMilliseconds(last_rescue, RESCUE_INTERVAL_MS));
-		if (vq_progress_flush_interval_ms > 0)
-			wake = Min(wake, TimestampTzPlusMilliseconds(last_progress_flush, vq_progress_flush_interval_ms));
 		if (VqMyExecutorIndex == 0)
 			wake = Min(wake, TimestampTzPlusMilliseconds(last_retention, RETENTION_INTERVAL_MS));
 	}
@@ -870,8 +860,7 @@ ReloadConfiguration(void)
 	ProcessConfigFile(PGC_SIGHUP);
 	if (!VqDatabaseSelected(MyDatabaseName()))
 		return false;			/* vq.databases no longer names this database */
-	SetConfigOption("synchronous_commit", vq_worker_synchronous_commit ? "on" : "off",
-					PGC_SUSET, PGC_S_OVERRIDE);
+	VqPinWorkerSettings();
 	/* the pool was made smaller than this executor's number: it goes as soon as it is idle */
 	if (IsExtraExecutor())
 		started_always_running = true;
@@ -904,9 +893,7 @@ SetUpExecutor(Datum arg)
 	before_shmem_exit(DetachSlot, (Datum) 0);
 	before_shmem_exit(RecordCutWorkAtExit, (Datum) 0);	/* runs first */
 
-	/* vq_job's own statements are schema-qualified; nothing should come from elsewhere. */
-	SetConfigOption("search_path", VQ_CALLBACK_SEARCH_PATH, PGC_SUSET, PGC_S_OVERRIDE);
-	SetConfigOption("synchronous_commit", vq_worker_synchronous_commit ? "on" : "off", PGC_SUSET, PGC_S_OVERRIDE);
+	VqPinWorkerSettings();
 
 	cycle_context = AllocSetContextCreate(TopMemoryContext, "vq_job executor cycle", ALLOCSET_DEFAULT_SIZES);
 	VqClaimInit();

@@ -54,6 +54,7 @@
 
 #include "claimpos.h"
 #include "launcher.h"
+#include "saver.h"
 #include "shmem.h"
 #include "vq_job.h"
 #include "wakeup.h"
@@ -93,6 +94,10 @@ typedef struct LauncherDatabase
 	TimestampTz parked_since;
 	uint64		changes_at_probe;	/* VqShared->extension_changes when its last probe began */
 	uint64		reloads_at_park;	/* config_reloads when it was parked */
+	/* the saver of its running jobs' progress and logs (see SaveRunningJobs) */
+	BackgroundWorkerHandle *saver;
+	TimestampTz save_looked_at;
+	VqRunningJob saved[VQ_MAX_EXECUTORS];	/* each executor's job as the last saver started saw it */
 } LauncherDatabase;
 
 static HTAB *launcher_databases = NULL;
@@ -153,6 +158,9 @@ ScanDatabases(void)
 			memset(db->handles, 0, sizeof(db->handles));
 			memset(db->last_start, 0, sizeof(db->last_start));
 			memset(db->stops, 0, sizeof(db->stops));
+			db->saver = NULL;
+			db->save_looked_at = 0;
+			memset(db->saved, 0, sizeof(db->saved));
 			db->parked = false;
 			db->changes_at_probe = pg_atomic_read_u64(&VqShared->extension_changes);
 		}
@@ -443,14 +451,14 @@ GiveBackSlot(LauncherDatabase *db)
 	LWLockRelease(VqShared->lock);
 }
 
-/* Does any executor of the database still run (or is one starting)? */
+/* Does any executor (or the saver) of the database still run (or is one starting)? */
 static bool
 AnyHandleAlive(LauncherDatabase *db)
 {
 	for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
 		if (HandleAlive(db->handles[i]))
 			return true;
-	return false;
+	return HandleAlive(db->saver);
 }
 
 /*
@@ -483,6 +491,62 @@ ParkedDatabase(LauncherDatabase *db, TimestampTz now)
 }
 
 /*
+ * Has executor e of the database a running job with log lines or progress not
+ * saved yet (caller holds the slot's lock)? Progress counts only for a job
+ * claimed visibly (an inline job's row is not RUNNING: its progress is
+ * written with its outcome), and only when it changed since the last saver
+ * was started; *job: the job now.
+ */
+static bool
+UnsavedWork(VqExecutorSlot *e, VqRunningJob *seen, VqRunningJob *job)
+{
+	uint64		log_seq = pg_atomic_read_u64(&e->log.seq);
+
+	if (e->pid == 0 || !VqReadRunningJob(e, job))
+		return false;
+	if (log_seq == job->seq && pg_atomic_read_u32(&e->log.head) != pg_atomic_read_u32(&e->log.tail))
+		return true;
+	return e->running_visible &&
+		(job->progress_total >= 0 || job->progress_succeeded > 0 || job->progress_failed > 0) &&
+		(job->seq != seen->seq || job->progress_total != seen->progress_total ||
+		 job->progress_succeeded != seen->progress_succeeded || job->progress_failed != seen->progress_failed);
+}
+
+/*
+ * Every vq.progress_flush_interval_ms, start a saver (saver.c) for a served
+ * database where a running job has log lines or progress that are not saved
+ * yet: the executor running it cannot commit them, and the launcher has no
+ * database. At most one saver per database at a time; none while nothing
+ * changed. Returns ms until the next look (-1: never, the interval is 0).
+ */
+static long
+SaveRunningJobs(VqDatabaseSlot *slot, LauncherDatabase *db, TimestampTz now)
+{
+	VqRunningJob jobs[VQ_MAX_EXECUTORS];
+	bool		unsaved = false;
+
+	if (vq_progress_flush_interval_ms <= 0)
+		return -1;
+	if (!TimestampDifferenceExceeds(db->save_looked_at, now, vq_progress_flush_interval_ms))
+		return EarlierDeadline(-1, now, TimestampTzPlusMilliseconds(db->save_looked_at, vq_progress_flush_interval_ms));
+	db->save_looked_at = now;
+	if (HandleAlive(db->saver))
+		return vq_progress_flush_interval_ms;
+	memset(jobs, 0, sizeof(jobs));
+	LWLockAcquire(slot->lock, LW_SHARED);
+	for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
+		unsaved |= UnsavedWork(&slot->executors[i], &db->saved[i], &jobs[i]);
+	LWLockRelease(slot->lock);
+	if (unsaved && VqStartSaver(db->dboid, db->name, &db->saver))
+		memcpy(db->saved, jobs, sizeof(jobs));
+	else if (unsaved)
+		ereport(WARNING,
+				(errmsg("vq_job: could not start a saver for database \"%s\"", db->name),
+				 errhint("Raise max_worker_processes.")));
+	return vq_progress_flush_interval_ms;
+}
+
+/*
  * Serve one database: apply its executors' reports and the requests sent to
  * the launcher, then stop or start executors. Returns the time (ms) until
  * this database next needs attention, or -1 for "no deadline".
@@ -494,11 +558,11 @@ ServeDatabase(LauncherDatabase *db)
 	VqDatabaseSlot *slot;
 	VqDatabaseState state;
 	TimestampTz stop_until;
+	long		next;
 
 	if (db->parked)
 	{
-		long		next = ParkedDatabase(db, now);
-
+		next = ParkedDatabase(db, now);
 		if (next != -2)
 			return next;
 	}
@@ -523,7 +587,14 @@ ServeDatabase(LauncherDatabase *db)
 		db->reloads_at_park = config_reloads;
 		return EarlierDeadline(-1, now, TimestampTzPlusMilliseconds(now, NO_EXTENSION_RECHECK_MS));
 	}
-	return StartExecutors(slot, db, state, now);
+	next = StartExecutors(slot, db, state, now);
+	if (state == VQ_DB_ACTIVE)
+	{
+		long		save = SaveRunningJobs(slot, db, now);
+
+		next = next < 0 ? save : (save < 0 ? next : Min(next, save));
+	}
+	return next;
 }
 
 /* Free the slots of databases that are gone (or no longer selected) once their executors exited. */
@@ -544,6 +615,8 @@ ForgetDatabases(void)
 		for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
 			if (db->handles[i] != NULL)
 				pfree(db->handles[i]);
+		if (db->saver != NULL)
+			pfree(db->saver);
 		hash_search(launcher_databases, &db->dboid, HASH_REMOVE, NULL);
 	}
 }
@@ -690,11 +763,13 @@ SetStopUntil(VqDatabaseSlot *slot, void *arg)
 	slot->request.stop_until = *(TimestampTz *) arg;
 }
 
+/* Count the processes connected to the slot's database for vq_job: its executors and its saver. */
 static void
 CountAttached(VqDatabaseSlot *slot, void *arg)
 {
 	for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
 		*(int *) arg += slot->executors[i].pid != 0;
+	*(int *) arg += slot->saver_pid != 0;
 }
 
 /*

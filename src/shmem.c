@@ -58,6 +58,9 @@ InitDatabaseSlot(VqDatabaseSlot *slot, LWLock *lock)
 	{
 		pg_atomic_init_u64(&slot->cancel_seq[i], 0);
 		pg_atomic_init_u32(&slot->executors[i].sleeping, 0);
+		pg_atomic_init_u64(&slot->executors[i].log.seq, 0);
+		pg_atomic_init_u32(&slot->executors[i].log.head, 0);
+		pg_atomic_init_u32(&slot->executors[i].log.tail, 0);
 	}
 }
 
