@@ -386,7 +386,7 @@ CREATE TRIGGER transition_listener_registry_changed AFTER INSERT OR UPDATE OR DE
 -- flag per transition while no listener is registered. A stored transition fires the first;
 -- a job that completed without one (ENQUEUED -> COMPLETED, implied by its finished row) the second.
 CREATE FUNCTION vq.transition_listeners_exist() RETURNS boolean
-    LANGUAGE c STABLE AS 'MODULE_PATHNAME', 'vq_transition_listeners_exist';
+    LANGUAGE c STABLE PARALLEL RESTRICTED AS 'MODULE_PATHNAME', 'vq_transition_listeners_exist';
 CREATE FUNCTION vq.transition_recorded() RETURNS trigger
     LANGUAGE c AS 'MODULE_PATHNAME', 'vq_transition_recorded';
 CREATE FUNCTION vq.job_finished_recorded() RETURNS trigger
@@ -492,7 +492,7 @@ CREATE FUNCTION vq.queue_violations(
     field_names text[] DEFAULT ARRAY['sleep_delay_ms', 'max_concurrent_jobs', 'backoff_strategy',
                                      'backoff_base_delay_ms', 'backoff_max_delay_ms', 'instances'])
 RETURNS text[]
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -686,7 +686,7 @@ CREATE FUNCTION vq.override_violations(handler text, queue text, max_attempts bi
                                        max_attempts_field text DEFAULT 'max_attempts',
                                        new_queues text[] DEFAULT '{}')
 RETURNS text[]
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -866,7 +866,7 @@ CREATE FUNCTION vq.handler_violations(name text, kind text, fn regprocedure, cha
                                       queue text, max_attempts bigint, what text DEFAULT NULL,
                                       max_running bigint DEFAULT NULL, unique_for interval DEFAULT NULL)
 RETURNS text[]
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -1494,7 +1494,7 @@ $$;
 
 -- Prometheus-style metric lines for the jobs the caller may see.
 CREATE FUNCTION vq_metrics() RETURNS SETOF text
-LANGUAGE sql STABLE
+LANGUAGE sql STABLE PARALLEL RESTRICTED
 SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT format('vq_jobs{queue="%s",state="%s"} %s', s.queue, st.state, st.n)

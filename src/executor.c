@@ -711,11 +711,11 @@ PollCycle(void)
 	int			slow_left = 0;
 
 	MemoryContextReset(cycle_context);
-	if (DefaultXactReadOnly)
+	if (pg_atomic_read_u32(&VqShared->server_read_only))
 	{
-		/* every write would fail; the launcher starts executors again when it is turned off */
+		/* every write should fail; the launcher starts executors again when it is turned off */
 		ereport(LOG,
-				(errmsg("vq_job executor %d: default_transaction_read_only is on; exiting", VqMyExecutorIndex)));
+				(errmsg("vq_job executor %d: the server's default_transaction_read_only is on; exiting", VqMyExecutorIndex)));
 		proc_exit(0);
 	}
 	Housekeeping(now);
@@ -861,6 +861,11 @@ ReloadConfiguration(void)
 	if (!VqDatabaseSelected(MyDatabaseName()))
 		return false;			/* vq.databases no longer names this database */
 	VqPinWorkerSettings();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	VqRefreshSettingsBase();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
 	/* the pool was made smaller than this executor's number: it goes as soon as it is idle */
 	if (IsExtraExecutor())
 		started_always_running = true;
@@ -885,15 +890,18 @@ SetUpExecutor(Datum arg)
 	snprintf(appname, sizeof(appname), "vq_job executor %d", VqMyExecutorIndex);
 	SetConfigOption("application_name", appname, PGC_SUSET, PGC_S_OVERRIDE);
 	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
 	VqRecordSessionUser();
+	/* the database's and role's defaults reached us: note them, then pin what we need (settings.c) */
+	VqNoteConnectionSettings();
+	VqPinWorkerSettings();
+	PopActiveSnapshot();
 	CommitTransactionCommand();
 
 	if (!AttachSlot())
 		return false;
 	before_shmem_exit(DetachSlot, (Datum) 0);
 	before_shmem_exit(RecordCutWorkAtExit, (Datum) 0);	/* runs first */
-
-	VqPinWorkerSettings();
 
 	cycle_context = AllocSetContextCreate(TopMemoryContext, "vq_job executor cycle", ALLOCSET_DEFAULT_SIZES);
 	VqClaimInit();

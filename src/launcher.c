@@ -1015,6 +1015,21 @@ ServeDatabases(void)
 	return pass.timeout;
 }
 
+/*
+ * Tell the executors whether the server's own default_transaction_read_only
+ * is on: theirs is pinned off (their database's or role's default must not
+ * stop them), and the launcher, connected to no database, has the server's.
+ * Turned on, they are woken to exit at once.
+ */
+static void
+PublishReadOnly(void)
+{
+	uint32		read_only = DefaultXactReadOnly ? 1 : 0;
+
+	if (pg_atomic_exchange_u32(&VqShared->server_read_only, read_only) != read_only && read_only)
+		VqWakeAllExecutors();
+}
+
 /* The launcher's main loop. */
 void
 vq_launcher_main(Datum arg)
@@ -1046,7 +1061,10 @@ vq_launcher_main(Datum arg)
 		 * are read-only by default (a promoted node an HA tool keeps fenced
 		 * until the old primary is known down): look again every second.
 		 */
-		long		timeout = RecoveryInProgress() || DefaultXactReadOnly ? 1000 : ServeDatabases();
+		long		timeout;
+
+		PublishReadOnly();
+		timeout = RecoveryInProgress() || DefaultXactReadOnly ? 1000 : ServeDatabases();
 
 		pgstat_report_stat(false);
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,

@@ -1,13 +1,22 @@
 /*
- * settings.h: the settings vq_job's workers run their own statements with
- * (settings.c).
+ * settings.h: the settings vq_job's workers run their own statements with,
+ * and those user code runs with (settings.c).
  */
 #ifndef VQ_SETTINGS_H
 #define VQ_SETTINGS_H
 
 #include "postgres.h"
 
-/* Pin the settings the worker's own transactions need (once, after connecting; again after a reload). */
+/* Pin the settings the worker's own transactions need (after connecting, in a transaction; again after a reload). */
 extern void VqPinWorkerSettings(void);
+
+/* An executor, after connecting, in a transaction, before pinning: note what its connection set. */
+extern void VqNoteConnectionSettings(void);
+
+/* An executor, after a reload, in a transaction: the configuration's values may have changed. */
+extern void VqRefreshSettingsBase(void);
+
+/* At user code's GUC nest level, as its role: what a session of the role in this database would get. */
+extern void VqApplyUserCodeSettings(Oid role);
 
 #endif							/* VQ_SETTINGS_H */

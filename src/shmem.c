@@ -83,6 +83,7 @@ VqShmemStartup(void)
 		VqShared->launcher_pid = 0;
 		VqShared->launcher_latch = NULL;
 		pg_atomic_init_u64(&VqShared->extension_changes, 0);
+		pg_atomic_init_u32(&VqShared->server_read_only, 0);
 		VqShared->nslots = vq_max_databases;
 		for (int i = 0; i < vq_max_databases; i++)
 			InitDatabaseSlot(&VqShared->slots[i], &locks[1 + i].lock);

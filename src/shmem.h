@@ -6,6 +6,9 @@
  * others write and one process reads:
  *
  *  - VqShared->launcher_*: the launcher, under VqShared->lock.
+ *  - VqShared->server_read_only: the launcher (an atomic): the server's own
+ *    default_transaction_read_only (the executors pin theirs off, whatever
+ *    their database's or role's defaults say, and look here instead).
  *  - VqShared->extension_changes: an atomic moved by committing CREATE / DROP
  *    EXTENSION (wakeup.c); the launcher reads it to probe again the databases
  *    it found without the extension (they hold no slot, so nothing else tells).
@@ -277,6 +280,7 @@ typedef struct VqSharedState
 	int			launcher_pid;
 	Latch	   *launcher_latch;
 	pg_atomic_uint64 extension_changes; /* CREATE / DROP EXTENSION vq_job commits in any database */
+	pg_atomic_uint32 server_read_only;	/* the launcher: the server's default_transaction_read_only is on */
 	int			nslots;
 	VqDatabaseSlot slots[FLEXIBLE_ARRAY_MEMBER];
 } VqSharedState;

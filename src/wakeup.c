@@ -370,3 +370,21 @@ vq_launcher_wakeup(PG_FUNCTION_ARGS)
 	VqWakeOnExtensionChangeAtCommit();
 	PG_RETURN_VOID();
 }
+
+/* Set the latch of every executor of every database (the launcher, when the server turns read-only). */
+void
+VqWakeAllExecutors(void)
+{
+	LWLockAcquire(VqShared->lock, LW_SHARED);
+	for (int s = 0; s < VqShared->nslots; s++)
+	{
+		VqDatabaseSlot *slot = &VqShared->slots[s];
+
+		LWLockAcquire(slot->lock, LW_SHARED);
+		for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
+			if (slot->executors[i].pid != 0 && slot->executors[i].latch != NULL)
+				SetLatch(slot->executors[i].latch);
+		LWLockRelease(slot->lock);
+	}
+	LWLockRelease(VqShared->lock);
+}

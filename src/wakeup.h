@@ -41,4 +41,7 @@ extern void VqWakeExecutors(Oid dboid, bool due_now, TimestampTz next_due, uint3
 /* Now: wake the launcher. */
 extern void VqWakeLauncher(void);
 
+/* Now: set the latch of every executor of every database (the launcher: each must look at VqShared). */
+extern void VqWakeAllExecutors(void);
+
 #endif							/* VQ_WAKEUP_H */
