@@ -845,8 +845,8 @@ ParkDatabase(LauncherDatabase *db, TimestampTz now)
 
 /*
  * Serve one database: apply its executors' reports and the requests sent to
- * the launcher, then stop executors, or start its first one (the others,
- * once every database has its first: ServeDatabases) and its saver. Returns
+ * the launcher, then stop executors, or start its first one (the others
+ * and its saver once every database has its first: ServeDatabases). Returns
  * the time (ms) until this database next needs attention, or -1 for "no
  * deadline".
  */
@@ -881,15 +881,9 @@ ServeDatabase(LauncherDatabase *db, ServePass *pass)
 		return EarlierDeadline(-1, now, TimestampTzPlusMilliseconds(now, NO_EXTENSION_RECHECK_MS));
 	}
 	db->served |= state == VQ_DB_ACTIVE;
-	next = StartFirstExecutor(slot, db, now, pass);
 	if (state == VQ_DB_ACTIVE)
-	{
-		long		save = SaveRunningJobs(slot, db, now);
-
 		db->pass_slot = slot;
-		next = next < 0 ? save : (save < 0 ? next : Min(next, save));
-	}
-	return next;
+	return StartFirstExecutor(slot, db, now, pass);
 }
 
 /* Free the slots of databases that are gone (or no longer selected) once their executors exited. */
@@ -991,7 +985,7 @@ PassDeadline(ServePass *pass, long next)
  * One pass over the served databases; returns how long the launcher may
  * sleep (ms). Background worker slots may be too few for every executor
  * (max_worker_processes): every database gets its first executor before any
- * gets a second, in the start-up's order and whenever a slot frees up; while
+ * gets a second (or a saver), at start-up and whenever a slot frees up; while
  * one waits for its first, no other gets more, and an executor of the
  * database that has the most gives its slot up.
  */
@@ -1008,7 +1002,15 @@ ServeDatabases(void)
 		if (db->seen)
 			PassDeadline(&pass, ServeDatabase(db, &pass));
 	if (pass.waiting == 0)
-		PassDeadline(&pass, StartMoreExecutors(GetCurrentTimestamp()));
+	{
+		TimestampTz now = GetCurrentTimestamp();
+
+		PassDeadline(&pass, StartMoreExecutors(now));
+		hash_seq_init(&seq, launcher_databases);
+		while ((db = hash_seq_search(&seq)) != NULL)
+			if (db->pass_slot != NULL)
+				PassDeadline(&pass, SaveRunningJobs(db->pass_slot, db, now));
+	}
 	else if (pass.may_preempt)
 		PreemptOneExecutor();
 	ForgetDatabases();
