@@ -586,11 +586,13 @@ StartAlwaysRunning(VqDatabaseSlot *slot, LauncherDatabase *db, int index, Timest
 /*
  * A database's first executor (executor 0, the one that looks for the
  * extension), before any database gets a second. One that does not run is
- * counted in pass->waiting; one that found no background worker slot makes
- * the pass take the place of another database's extra executor
- * (PreemptOneExecutor), unless it is only the periodic look at a database
- * that had no vq_job: that gives up until the next one, silently. Returns ms
- * until a restart is allowed, or -1.
+ * counted in pass->waiting (no database gets more meanwhile: a slot that
+ * frees up goes to it first); one that found no background worker slot
+ * makes the pass have another database's executor (not its first) give its
+ * slot up (PreemptOneExecutor). A database found without vq_job before waits
+ * only when its probe was asked for (a CREATE EXTENSION, a reload); its
+ * periodic probe that finds no slot gives up until the next, silently.
+ * Returns ms until a restart is allowed, or -1.
  */
 static long
 StartFirstExecutor(VqDatabaseSlot *slot, LauncherDatabase *db, TimestampTz now, ServePass *pass)
