@@ -860,7 +860,7 @@ ReloadConfiguration(void)
 	ProcessConfigFile(PGC_SIGHUP);
 	if (!VqDatabaseSelected(MyDatabaseName()))
 		return false;			/* vq.databases no longer names this database */
-	VqPinWorkerSettings();
+	VqPinSynchronousCommit();
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	VqRefreshSettingsBase();
@@ -889,12 +889,12 @@ SetUpExecutor(Datum arg)
 	BackgroundWorkerInitializeConnectionByOid(VqMyDatabase, InvalidOid, 0);
 	snprintf(appname, sizeof(appname), "vq_job executor %d", VqMyExecutorIndex);
 	SetConfigOption("application_name", appname, PGC_SUSET, PGC_S_OVERRIDE);
+	/* the database's and role's defaults reached us: pin what we need before any transaction (settings.c) */
+	VqPinWorkerSettings();
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	VqRecordSessionUser();
-	/* the database's and role's defaults reached us: note them, then pin what we need (settings.c) */
 	VqNoteConnectionSettings();
-	VqPinWorkerSettings();
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 

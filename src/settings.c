@@ -127,13 +127,20 @@ static List *connect_names = NIL;	/* names the executor's connection set from pg
 static uint64 base_generation = 1;
 static HTAB *role_settings = NULL;
 
-/* Pin the settings the worker's own transactions need (after connecting, in a transaction; again after a reload). */
+/* Pin synchronous_commit as vq.worker_synchronous_commit says (again after a reload: the rest stays pinned). */
+void
+VqPinSynchronousCommit(void)
+{
+	SetConfigOption("synchronous_commit", vq_worker_synchronous_commit ? "on" : "off", PGC_SUSET, PGC_S_OVERRIDE);
+}
+
+/* Pin the settings the worker's own transactions need (once, after connecting, before its first transaction). */
 void
 VqPinWorkerSettings(void)
 {
 	/* vq_job's own statements are schema-qualified; nothing should come from elsewhere. */
 	SetConfigOption("search_path", VQ_CALLBACK_SEARCH_PATH, PGC_SUSET, PGC_S_OVERRIDE);
-	SetConfigOption("synchronous_commit", vq_worker_synchronous_commit ? "on" : "off", PGC_SUSET, PGC_S_OVERRIDE);
+	VqPinSynchronousCommit();
 	for (size_t i = 0; i < lengthof(PINS); i++)
 		SetConfigOption(PINS[i].name, PINS[i].value, PGC_SUSET, PGC_S_OVERRIDE);
 }
@@ -264,8 +271,8 @@ RefreshBase(List *names)
 }
 
 /*
- * After connecting, in a transaction, before pinning: note what the
- * connection took from pg_db_role_setting, and work out the base values.
+ * After connecting, in a transaction: note what the connection took from
+ * pg_db_role_setting, and work out the base values.
  */
 void
 VqNoteConnectionSettings(void)

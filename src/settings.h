@@ -7,10 +7,13 @@
 
 #include "postgres.h"
 
-/* Pin the settings the worker's own transactions need (after connecting, in a transaction; again after a reload). */
+/* Pin the settings the worker's own transactions need (once, after connecting, before its first transaction). */
 extern void VqPinWorkerSettings(void);
 
-/* An executor, after connecting, in a transaction, before pinning: note what its connection set. */
+/* Pin synchronous_commit as vq.worker_synchronous_commit says (again after a reload). */
+extern void VqPinSynchronousCommit(void);
+
+/* An executor, after connecting, in a transaction: note what its connection set. */
 extern void VqNoteConnectionSettings(void);
 
 /* An executor, after a reload, in a transaction: the configuration's values may have changed. */
