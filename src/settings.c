@@ -199,10 +199,11 @@ ArraySettings(ArrayType *array)
 	deconstruct_array(array, TEXTOID, -1, false, TYPALIGN_INT, &items, &nulls, &n);
 	for (int i = 0; i < n; i++)
 	{
-		Setting    *s = palloc(sizeof(Setting));
+		Setting    *s;
 
 		if (nulls[i])
 			continue;
+		s = palloc(sizeof(Setting));
 		ParseLongOption(TextDatumGetCString(items[i]), &s->name, &s->value);
 		if (s->value != NULL)
 			settings = lappend(settings, s);
@@ -230,6 +231,22 @@ AddNames(List *names, List *settings)
 	return names;
 }
 
+/* Free a list of settings and their strings. */
+static void
+FreeSettings(List *settings)
+{
+	ListCell   *lc;
+
+	foreach(lc, settings)
+	{
+		Setting    *s = lfirst(lc);
+
+		pfree(s->name);
+		pfree(s->value);
+	}
+	list_free_deep(settings);
+}
+
 /*
  * Work out the base values (see base): those the configuration files give
  * (pg_show_all_file_settings, as pg_file_settings shows it), or the built-in
@@ -247,14 +264,14 @@ RefreshBase(List *names)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "vq_job: SPI_connect failed");
 	if (SPI_execute_with_args("SELECT s.name, coalesce(f.setting, s.boot_val) FROM pg_catalog.pg_settings s"
-							  " LEFT JOIN (SELECT DISTINCT ON (name) name, setting"
+							  " LEFT JOIN (SELECT DISTINCT ON (pg_catalog.lower(name)) pg_catalog.lower(name) AS name, setting"
 							  "  FROM pg_catalog.pg_show_all_file_settings() WHERE applied"
-							  "  ORDER BY name, seqno DESC) f ON f.name OPERATOR(pg_catalog.=) s.name"
+							  "  ORDER BY pg_catalog.lower(name), seqno DESC) f ON f.name OPERATOR(pg_catalog.=) s.name"
 							  " WHERE s.name OPERATOR(pg_catalog.=) ANY ($1)",
 							  1, (Oid[]) {TEXTARRAYOID}, values, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "vq_job: reading the configuration's settings failed");
 	old = MemoryContextSwitchTo(TopMemoryContext);
-	list_free_deep(base);
+	FreeSettings(base);
 	base = NIL;
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
@@ -262,7 +279,7 @@ RefreshBase(List *names)
 		char	   *value = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
 
 		s->name = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
-		s->value = value ? value : "";
+		s->value = value ? value : pstrdup("");
 		base = lappend(base, s);
 	}
 	MemoryContextSwitchTo(old);
