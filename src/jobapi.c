@@ -166,6 +166,10 @@ VqFlushJobLogs(VqJob *job)
 {
 	int			saved = VqLiveLogClose();
 
+	/* no run began in this process (its first job ended before its handler was called) */
+	if (log_context == NULL)
+		return;
+
 	if (log_dropped > 0)
 	{
 		MemoryContext old = MemoryContextSwitchTo(log_context);

@@ -55,6 +55,8 @@ CREATE TABLE es_big AS SELECT g AS x FROM generate_series(1, 20000) g;
 CREATE INDEX ON es_big (x);
 ANALYZE es_big;
 CREATE TABLE es_written (tag text);
+-- (part 3 waits for executor 0's vacuum: autovacuum must not do it first)
+ALTER TABLE vq.job_active SET (autovacuum_enabled = off);
 GRANT SELECT ON es_big TO "$ROLE_A", "$ROLE_B";
 GRANT INSERT ON es_written TO "$ROLE_A", "$ROLE_B";
 CREATE FUNCTION es_noop(p jsonb) RETURNS void LANGUAGE sql AS '';
