@@ -7,7 +7,7 @@ OBJS         = src/vq_job.o src/shmem.o src/wakeup.o src/roles.o src/registry.o 
                src/executor.o src/claim.o src/claimpos.o src/pullpos.o src/inflight.o src/dispatch.o src/outcome.o src/jobapi.o \
                src/retention.o src/jobvacuum.o src/compact.o src/consumer.o src/outbox.o src/relay.o src/spi_util.o src/session.o \
                src/pool.o src/rolejobs.o src/callbacks.o src/listeners.o src/livelog.o src/funccache.o src/deferred.o \
-               src/prepared.o src/restore.o
+               src/prepared.o src/restore.o src/saver.o src/settings.o
 DATA         = $(wildcard sql/vq_job--*.sql)
 PG_CONFIG   ?= pg_config
 

@@ -497,7 +497,7 @@ CREATE TRIGGER transition_listener_registry_changed AFTER INSERT OR UPDATE OR DE
 -- A restore's COPY or INSERT of history rows fires neither: it changes no state (and what the
 -- listeners wrote is restored with their own tables).
 CREATE FUNCTION vq.transition_listeners_exist() RETURNS boolean
-    LANGUAGE c STABLE AS 'MODULE_PATHNAME', 'vq_transition_listeners_exist';
+    LANGUAGE c STABLE PARALLEL RESTRICTED AS 'MODULE_PATHNAME', 'vq_transition_listeners_exist';
 CREATE FUNCTION vq.transition_recorded() RETURNS trigger
     LANGUAGE c AS 'MODULE_PATHNAME', 'vq_transition_recorded';
 CREATE FUNCTION vq.job_finished_recorded() RETURNS trigger
@@ -606,7 +606,7 @@ CREATE FUNCTION vq.queue_violations(
     field_names text[] DEFAULT ARRAY['sleep_delay_ms', 'max_concurrent_jobs', 'backoff_strategy',
                                      'backoff_base_delay_ms', 'backoff_max_delay_ms', 'instances'])
 RETURNS text[]
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -805,7 +805,7 @@ CREATE FUNCTION vq.override_violations(handler text, queue text, max_attempts bi
                                        max_attempts_field text DEFAULT 'max_attempts',
                                        new_queues text[] DEFAULT '{}')
 RETURNS text[]
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -1001,7 +1001,7 @@ CREATE FUNCTION vq.handler_violations(name text, kind text, fn regprocedure, cha
                                       queue text, max_attempts bigint, what text DEFAULT NULL,
                                       max_running bigint DEFAULT NULL, unique_for interval DEFAULT NULL)
 RETURNS text[]
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -1796,7 +1796,7 @@ $$;
 -- Prometheus-style metric lines, each labelled with the scope of its count (see vq.job_counts).
 -- vq.job is scanned once (the CTE is evaluated once).
 CREATE FUNCTION vq_metrics() RETURNS SETOF text
-LANGUAGE sql STABLE
+LANGUAGE sql STABLE PARALLEL RESTRICTED
 SET search_path = pg_catalog, pg_temp
 AS $$
     WITH s AS MATERIALIZED (SELECT * FROM vq.job_counts())

@@ -165,26 +165,51 @@ CancelUserCode(SIGNAL_ARGS)
 		SetLatch(MyLatch);
 }
 
-/* Arm the execution timeout around user code (a handler, a destination function). */
+/*
+ * Arm the execution timeout around user code and, around a function handler,
+ * the cancel poll: one enable_timeouts() call, so one timer system call at
+ * most (none while an earlier signal is still due first). The poll runs only
+ * while a handler does, so an idle executor is never woken by it.
+ */
+static void
+WatchBegin(bool handler)
+{
+	EnableTimeoutParams timeouts[3];
+	int			n = 0;
+
+	job_timed_out = false;
+	in_user_code = true;
+	in_handler = handler;
+	if (vq_execution_timeout_ms > 0)
+	{
+		timeouts[n++] = (EnableTimeoutParams) {.id = watch_timeout, .type = TMPARAM_AFTER,
+		.delay_ms = vq_execution_timeout_ms};
+		timeouts[n++] = (EnableTimeoutParams) {.id = hard_timeout, .type = TMPARAM_AFTER,
+		.delay_ms = vq_execution_timeout_ms + VQ_HARD_TIMEOUT_AFTER_MS};
+	}
+	if (handler)
+		timeouts[n++] = (EnableTimeoutParams) {.id = cancel_poll, .type = TMPARAM_EVERY,
+		.delay_ms = CANCEL_POLL_MS};
+	if (n > 0)
+		enable_timeouts(timeouts, n);
+}
+
+/* Arm the execution timeout around user code that is not a handler (a destination function). */
 void
 VqWatchBegin(void)
 {
-	job_timed_out = false;
-	in_user_code = true;
-	if (vq_execution_timeout_ms > 0)
-	{
-		enable_timeout_after(watch_timeout, vq_execution_timeout_ms);
-		enable_timeout_after(hard_timeout, vq_execution_timeout_ms + VQ_HARD_TIMEOUT_AFTER_MS);
-	}
+	WatchBegin(false);
 }
 
-/* Disarm it; when the user code returned normally, a cancel that came too late is dropped. */
+/* Disarm it (and the cancel poll); when the user code returned normally, a cancel that came too late is dropped. */
 void
 VqWatchEnd(bool returned_normally)
 {
+	DisableTimeoutParams ids[3] = {{.id = watch_timeout}, {.id = hard_timeout}, {.id = cancel_poll}};
+
 	in_user_code = false;
-	disable_timeout(watch_timeout, false);
-	disable_timeout(hard_timeout, false);
+	in_handler = false;
+	disable_timeouts(ids, 3);
 	if (returned_normally)
 		QueryCancelPending = false;
 }
@@ -217,9 +242,6 @@ VqDispatchInit(void)
 	watch_timeout = RegisterTimeout(USER_TIMEOUT, ExecutionTimeoutReached);
 	hard_timeout = RegisterTimeout(USER_TIMEOUT, HardTimeoutReached);
 	cancel_poll = RegisterTimeout(USER_TIMEOUT, CancelPollReached);
-	/* one timer for the process's life: arming it around every job would cost two system calls each */
-	enable_timeout_every(cancel_poll, TimestampTzPlusMilliseconds(GetCurrentTimestamp(), CANCEL_POLL_MS),
-						 CANCEL_POLL_MS);
 	pqsignal(SIGINT, CancelUserCode);
 }
 
@@ -428,10 +450,9 @@ VqRunFunctionHandler(VqJob *job, VqOutcome *outcome)
 	VqInterceptDispatch(job);
 	VqJobApiBegin(job);
 	outcome->started_at = start;
-	VqWatchBegin();
 	cancel_forced = false;
 	cancel_seen_at = 0;
-	in_handler = true;
+	WatchBegin(true);
 
 	CommandCounterIncrement();
 	BeginInternalSubTransaction(NULL);
@@ -478,7 +499,6 @@ VqRunFunctionHandler(VqJob *job, VqOutcome *outcome)
 	}
 	PG_END_TRY();
 
-	in_handler = false;
 	VqWatchEnd(outcome->kind == VQ_OUTCOME_COMPLETED);
 	outcome->ends_transaction = VqSessionCleanUp();
 	pgstat_report_activity(STATE_IDLE, "");

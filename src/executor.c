@@ -6,9 +6,10 @@
  * executors for the slow jobs its claim left waiting and one to keep claiming
  * (pool.c); those started on demand exit after idling. Every executor polls the database's queues,
  * claims due jobs and runs them. Between jobs, every executor also rescues
- * jobs whose executor died and saves the progress of jobs running in the
- * others (so this goes on while any one of them is busy with a long job);
- * executor 0 also deletes expired finished jobs.
+ * jobs whose executor died (so this goes on while any one of them is busy
+ * with a long job); executor 0 also deletes expired finished jobs. The
+ * progress and log lines of running jobs are saved by the saver (saver.c),
+ * which the launcher starts for that.
  *
  * A poll cycle has named steps: housekeeping (its own short transaction),
  * then in one transaction: the outbox relay when it is due, or a claim
@@ -86,6 +87,7 @@
 #include "restore.h"
 #include "retention.h"
 #include "roles.h"
+#include "settings.h"
 #include "spi_util.h"
 #include "vq_job.h"
 #include "wakeup.h"
@@ -138,7 +140,6 @@ static MemoryContext cycle_context = NULL;
 static TimestampTz last_rescue = 0;
 static TimestampTz next_positions_check = 0;
 static TimestampTz last_retention = 0;
-static TimestampTz last_progress_flush = 0;
 static TimestampTz last_extension_check = 0;
 static uint64 extension_generation_seen = 0;
 
@@ -153,6 +154,20 @@ static bool startup_due_checked = false;
 static TimestampTz relay_next_poll = 0;
 static int	relay_delay_ms = RELAY_POLL_BASE_MS;
 static TimestampTz last_work = 0;	/* when a poll cycle last found work */
+static bool last_cycle_found_work = false;
+
+/*
+ * Housekeeping with nothing to watch: the last rescue found no RUNNING job
+ * (no executor's job to rescue should it die, no NOTIFY reply awaited), no
+ * executor left the slot since (an exit wakes the others), retention is
+ * caught up. Then the executor sleeps until its next queue or relay poll or
+ * known due time only, not its once-a-second housekeeping ticks: the
+ * executors of an idle database wake no more often than their polls say.
+ * Work found, or a latch set, ends it.
+ */
+static bool quiet = false;
+static uint64 exits_when_quiet = 0;
+static bool retention_behind = false;
 static bool started_always_running = false; /* started as one of vq.executors_per_database (or told to go) */
 
 static void CommitCycle(bool announced_only);
@@ -180,6 +195,7 @@ AttachSlot(void)
 		e->running_visible = false;
 		e->limited_handler[0] = '\0';
 		memset(&e->job, 0, sizeof(VqRunningJob));
+		VqLiveLogReset(&e->log);
 		LWLockRelease(VqMyDatabaseSlot->lock);
 		VqMyExecutorSlot = e;
 	}
@@ -206,8 +222,9 @@ DetachSlot(int code, Datum arg)
 		VqMyExecutorSlot->running_visible = false;
 	}
 	LWLockRelease(VqMyDatabaseSlot->lock);
-	/* the others' rescue looks for jobs it may have left RUNNING (outcome.c) */
+	/* the others' rescue looks for jobs it may have left RUNNING (outcome.c): wake one that sleeps */
 	pg_atomic_fetch_add_u64(&VqMyDatabaseSlot->executor_exits, 1);
+	VqWakeExecutors(VqMyDatabase, true, 0, 0);
 	VqWakeLauncher();
 }
 
@@ -410,8 +427,8 @@ TakeNotifySweepTurn(TimestampTz now)
  * Between claims, in a short transaction of its own when any is due: make
  * sure the extension is still there (a CREATE or DROP EXTENSION also moves
  * the slot's generation), abandon jobs of dead executors, announce again
- * NOTIFY jobs no consumer took, save the live progress of running jobs. Its
- * own transaction, so that the rows it touches are not held through a batch.
+ * NOTIFY jobs no consumer took. Its own transaction, so that the rows it
+ * touches are not held through a batch.
  */
 static void
 Housekeeping(TimestampTz now)
@@ -419,13 +436,11 @@ Housekeeping(TimestampTz now)
 	bool		check = extension_generation_seen != pg_atomic_read_u64(&VqMyDatabaseSlot->extension_generation) ||
 		TimestampDifferenceExceeds(last_extension_check, now, EXTENSION_CHECK_INTERVAL_MS);
 	bool		rescue = TimestampDifferenceExceeds(last_rescue, now, RESCUE_INTERVAL_MS);
-	bool		flush = vq_progress_flush_interval_ms > 0 &&
-		TimestampDifferenceExceeds(last_progress_flush, now, vq_progress_flush_interval_ms);
 	bool		positions = VqMyExecutorIndex == 0 &&
 		now >= next_positions_check;
 	bool		reserved = false;
 
-	if (!check && !rescue && !flush && !positions)
+	if (!check && !rescue && !positions)
 		return;
 	VqBeginTransaction();
 	if (check)
@@ -445,6 +460,7 @@ Housekeeping(TimestampTz now)
 	{
 		VqRegistry *registry = VqRegistryPin();
 		bool		notify_turn = registry->has_notify_handlers && TakeNotifySweepTurn(now);
+		uint64		exits = pg_atomic_read_u64(&VqMyDatabaseSlot->executor_exits);
 
 		if (VqRescueOrphans(registry, now, notify_turn) > 0)
 			VqPollAllNow(now);
@@ -452,18 +468,13 @@ Housekeeping(TimestampTz now)
 			reserved = VqReannounceWaiting(registry, now);
 		VqRegistryRelease(registry);
 		last_rescue = now;
-	}
-	if (flush)
-	{
-		VqFlushProgress();
-		VqSaveLiveLogs();
-		last_progress_flush = now;
+		/* (looked at only between idle cycles: a busy executor is never quiet) */
+		quiet = !last_cycle_found_work && !VqAnyJobRunning();
+		exits_when_quiet = exits;
 	}
 	CommitCycle(reserved);
 	VqAnnouncementsCommitted();
 	VqPullAnnouncementsCommitted();
-	if (flush)
-		VqLiveLogsSaved();
 	if (reserved)
 		VqSetClaimed(0, false);
 }
@@ -484,7 +495,7 @@ LookAtDueTimes(VqRegistry *registry, TimestampTz now)
 		return;
 	VqPollAllNow(now);
 	relay_next_poll = now;		/* an outbox row's scheduled_at or retry time may be the one */
-	next = VqEarliestFutureDue(registry, now);
+	next = Min(VqEarliestFutureDue(registry, now), VqRelayNextDue(now));
 	/* replace the passed value (or lower a later one a committing enqueue set meanwhile) */
 	while (((int64) cur <= now || (int64) cur > next) &&
 		   !pg_atomic_compare_exchange_u64(&VqMyDatabaseSlot->next_due, &cur, (uint64) next))
@@ -739,11 +750,11 @@ PollCycle(void)
 	bool		ran_callbacks;
 
 	MemoryContextReset(cycle_context);
-	if (DefaultXactReadOnly)
+	if (pg_atomic_read_u32(&VqShared->server_read_only))
 	{
-		/* every write would fail; the launcher starts executors again when it is turned off */
+		/* every write should fail; the launcher starts executors again when it is turned off */
 		ereport(LOG,
-				(errmsg("vq_job executor %d: default_transaction_read_only is on; exiting", VqMyExecutorIndex)));
+				(errmsg("vq_job executor %d: the server's default_transaction_read_only is on; exiting", VqMyExecutorIndex)));
 		proc_exit(0);
 	}
 	Housekeeping(now);
@@ -800,6 +811,14 @@ IsExtraExecutor(void)
 	return VqMyExecutorIndex >= Min(vq_executors_per_database, VQ_MAX_EXECUTORS);
 }
 
+/* Has housekeeping nothing to watch (see quiet)? */
+static bool
+HousekeepingQuiet(void)
+{
+	return quiet && !retention_behind &&
+		pg_atomic_read_u64(&VqMyDatabaseSlot->executor_exits) == exits_when_quiet;
+}
+
 /* How long to sleep: until the next queue poll, known due time or housekeeping tick. */
 static long
 SleepMs(void)
@@ -808,12 +827,14 @@ SleepMs(void)
 	TimestampTz wake = VqNextQueuePoll(now);
 
 	wake = Min(wake, (TimestampTz) pg_atomic_read_u64(&VqMyDatabaseSlot->next_due));
-	wake = Min(wake, relay_next_poll);
-	wake = Min(wake, TimestampTzPlusMilliseconds(last_rescue, RESCUE_INTERVAL_MS));
-	if (vq_progress_flush_interval_ms > 0)
-		wake = Min(wake, TimestampTzPlusMilliseconds(last_progress_flush, vq_progress_flush_interval_ms));
-	if (VqMyExecutorIndex == 0)
-		wake = Min(wake, TimestampTzPlusMilliseconds(last_retention, RETENTION_INTERVAL_MS));
+	if (!HousekeepingQuiet())
+	{
+		/* (quiet, the relay's poll, a safety net, rides on the queues' polls: due rows wake us) */
+		wake = Min(wake, relay_next_poll);
+		wake = Min(wake, TimestampTzPlusMilliseconds(last_rescue, RESCUE_INTERVAL_MS));
+		if (VqMyExecutorIndex == 0)
+			wake = Min(wake, TimestampTzPlusMilliseconds(last_retention, RETENTION_INTERVAL_MS));
+	}
 	if (IsExtraExecutor())
 		wake = Min(wake, TimestampTzPlusMilliseconds(last_work, EXTRA_EXECUTOR_IDLE_MS));
 	if (wake <= now)
@@ -886,8 +907,12 @@ ReloadConfiguration(void)
 	ProcessConfigFile(PGC_SIGHUP);
 	if (!VqDatabaseSelected(MyDatabaseName()))
 		return false;			/* vq.databases no longer names this database */
-	SetConfigOption("synchronous_commit", vq_worker_synchronous_commit ? "on" : "off",
-					PGC_SUSET, PGC_S_OVERRIDE);
+	VqPinSynchronousCommit();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	VqRefreshSettingsBase();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
 	/* the pool was made smaller than this executor's number: it goes as soon as it is idle */
 	if (IsExtraExecutor())
 		started_always_running = true;
@@ -911,18 +936,19 @@ SetUpExecutor(Datum arg)
 	BackgroundWorkerInitializeConnectionByOid(VqMyDatabase, InvalidOid, 0);
 	snprintf(appname, sizeof(appname), "vq_job executor %d", VqMyExecutorIndex);
 	SetConfigOption("application_name", appname, PGC_SUSET, PGC_S_OVERRIDE);
+	/* the database's and role's defaults reached us: pin what we need before any transaction (settings.c) */
+	VqPinWorkerSettings();
 	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
 	VqRecordSessionUser();
+	VqNoteConnectionSettings();
+	PopActiveSnapshot();
 	CommitTransactionCommand();
 
 	if (!AttachSlot())
 		return false;
 	before_shmem_exit(DetachSlot, (Datum) 0);
 	before_shmem_exit(RecordCutWorkAtExit, (Datum) 0);	/* runs first */
-
-	/* vq_job's own statements are schema-qualified; nothing should come from elsewhere. */
-	SetConfigOption("search_path", VQ_CALLBACK_SEARCH_PATH, PGC_SUSET, PGC_S_OVERRIDE);
-	SetConfigOption("synchronous_commit", vq_worker_synchronous_commit ? "on" : "off", PGC_SUSET, PGC_S_OVERRIDE);
 
 	cycle_context = AllocSetContextCreate(TopMemoryContext, "vq_job executor cycle", ALLOCSET_DEFAULT_SIZES);
 	VqClaimInit();
@@ -984,14 +1010,18 @@ vq_executor_main(Datum arg)
 		}
 		ReadWakeCounters();
 		found_work = PollCycle();	/* exits the process if the extension is gone */
+		last_cycle_found_work = found_work;
 		if (found_work)
+		{
 			last_work = GetCurrentTimestamp();
+			quiet = false;
+		}
 		/* a background worker reports its table statistics itself (autovacuum depends on them) */
 		pgstat_report_stat(false);
 		if (VqMyExecutorIndex == 0 &&
 			TimestampDifferenceExceeds(last_retention, GetCurrentTimestamp(), RETENTION_INTERVAL_MS))
 		{
-			VqRunRetention();
+			retention_behind = VqRunRetention();
 			last_retention = GetCurrentTimestamp();
 			VqVacuumJobTable(last_retention);
 			VqCompactJobTable(last_retention);

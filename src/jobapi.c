@@ -166,6 +166,10 @@ VqFlushJobLogs(VqJob *job)
 {
 	int			saved = VqLiveLogClose();
 
+	/* no run began in this process (its first job ended before its handler was called) */
+	if (log_context == NULL)
+		return;
+
 	if (log_dropped > 0)
 	{
 		MemoryContext old = MemoryContextSwitchTo(log_context);
@@ -262,9 +266,8 @@ vq_log(PG_FUNCTION_ARGS)
 	e->at = GetCurrentTimestamp();
 	log_entries = lappend(log_entries, e);
 	MemoryContextSwitchTo(old);
-	/* a handler that runs long offers its lines to be saved while it runs */
-	if (TimestampDifferenceExceeds(VqMyExecutorSlot->job.started_at, e->at, VQ_LIVE_LOG_AFTER_MS))
-		VqLiveLogPublish(log_entries);
+	/* offered at once to be saved while the handler runs (livelog.c: no lock) */
+	VqLiveLogPublish(log_entries);
 	PG_RETURN_VOID();
 }
 

@@ -129,7 +129,13 @@ Vacuum(Oid relid)
 	 * live outside them, and so must what VACUUM keeps across them (in a
 	 * child of PortalContext).
 	 */
-	stmt->options = list_make1(makeDefElem("skip_locked", (Node *) makeBoolean(true), -1));
+	/*
+	 * (PARALLEL 0: whatever min_parallel_index_scan_size says, never parallel
+	 * workers, which a stop or a full max_worker_processes could leave
+	 * failing to initialize, an error that would end the executor)
+	 */
+	stmt->options = list_make2(makeDefElem("skip_locked", (Node *) makeBoolean(true), -1),
+							   makeDefElem("parallel", (Node *) makeInteger(0), -1));
 	/* by OID: a table skipped because another vacuum holds it is skipped without a warning */
 	stmt->rels = list_make1(makeVacuumRelation(NULL, relid, NIL));
 	stmt->is_vacuumcmd = true;

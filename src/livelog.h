@@ -1,6 +1,6 @@
 /*
- * livelog.h: log lines of a long-running handler, saved by another executor
- * while it runs (see livelog.c).
+ * livelog.h: log lines of a running handler, saved by the saver while it
+ * runs (see livelog.c).
  */
 #ifndef VQ_LIVELOG_H
 #define VQ_LIVELOG_H
@@ -9,10 +9,9 @@
 
 #include "nodes/pg_list.h"
 
-/* A handler running longer than this offers its log lines to be saved while it runs. */
-#define VQ_LIVE_LOG_AFTER_MS 100
+#include "shmem.h"
 
-/* The running executor: a run starts (empty live log). */
+/* The running executor: a run starts (its lines belong to seq). */
 extern void VqLiveLogBegin(uint64 seq);
 
 /* The running executor: offer the run's lines (VqLogEntry *) not offered yet, in order, as far as they fit. */
@@ -21,10 +20,13 @@ extern void VqLiveLogPublish(List *entries);
 /* The running executor: the run ends; returns how many of its first lines were saved already. */
 extern int	VqLiveLogClose(void);
 
-/* Another executor: save the lines offered by this database's running handlers (in a transaction, connected to SPI). */
+/* The saver: save the lines offered by this database's running handlers (in a transaction, connected to SPI). */
 extern void VqSaveLiveLogs(void);
 
-/* ...and, after that transaction committed, drop them from the live logs. */
+/* ...and, after that transaction committed, mark them saved in the live logs. */
 extern void VqLiveLogsSaved(void);
+
+/* Empty a live log (caller holds the database slot's lock). */
+extern void VqLiveLogReset(VqLiveLog *log);
 
 #endif							/* VQ_LIVELOG_H */

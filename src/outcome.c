@@ -529,6 +529,24 @@ VqRescueOrphans(VqRegistry *registry, TimestampTz now, bool notify)
 }
 
 /*
+ * Is any job of this database RUNNING? While none is, the orphan rescue has
+ * nothing to look at until a job is claimed visibly or announced, or an
+ * executor exits (executor.c). One probe of job_running_idx.
+ */
+bool
+VqAnyJobRunning(void)
+{
+	static SPIPlanPtr plan = NULL;
+
+	if (SPI_execute_plan(VqKeepPlan(&plan,
+							  "SELECT 1 FROM vq.job_active WHERE state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state LIMIT 1",
+							  0, NULL),
+						 NULL, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "vq_job: looking for RUNNING jobs failed");
+	return SPI_processed > 0;
+}
+
+/*
  * Persist the live progress of jobs running visibly (RUNNING rows) in any
  * executor of this database. Rows locked by their executor (inline jobs, or
  * one being finished) are skipped: their progress is written with the outcome.

@@ -42,6 +42,9 @@ extern void VqPersistRunning(VqJob *job, bool external, TimestampTz now);
  */
 extern int	VqRescueOrphans(VqRegistry *registry, TimestampTz now, bool notify);
 
+/* Is any job of this database RUNNING (claimed visibly, or a NOTIFY job in flight)? */
+extern bool VqAnyJobRunning(void);
+
 /* Save the live progress of the jobs the executors of this database run visibly. */
 extern void VqFlushProgress(void);
 

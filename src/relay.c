@@ -693,6 +693,33 @@ ClaimRows(VqRegistry *registry, int limit, TimestampTz now)
 }
 
 /*
+ * The earliest future due time of a PENDING timed outbox row (its
+ * scheduled_at, or its retry time): one probe of outbox_timed_idx. The
+ * executors sleep no later than that (executor.c), so the relay need not
+ * poll for timed rows.
+ */
+TimestampTz
+VqRelayNextDue(TimestampTz now)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		values[1] = {TimestampTzGetDatum(now)};
+	bool		isnull;
+
+	if (SPI_execute_plan(VqKeepPlan(&plan,
+							  "SELECT coalesce(next_attempt_at, scheduled_at) FROM vq.outbox"
+							  " WHERE status OPERATOR(pg_catalog.=) 'PENDING'"
+							  " AND (scheduled_at IS NOT NULL OR next_attempt_at IS NOT NULL)"
+							  " AND coalesce(next_attempt_at, scheduled_at) OPERATOR(pg_catalog.>) $1"
+							  " ORDER BY coalesce(next_attempt_at, scheduled_at) LIMIT 1",
+							  1, (Oid[]) {TIMESTAMPTZOID}),
+						 values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "vq_job: looking for the next timed outbox row failed");
+	if (SPI_processed == 0)
+		return DT_NOEND;
+	return DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/*
  * Relay one batch of due outbox rows this database can serve, in the caller's
  * transaction (connected to SPI). Returns the number of rows handled.
  */

@@ -9,6 +9,9 @@
 /* Relay one batch of due outbox rows in the caller's transaction; returns the rows handled. */
 extern int	VqRelayBatch(VqRegistry *registry, int limit, TimestampTz now);
 
+/* The earliest time after now at which a timed outbox row (scheduled, or retried) is due (DT_NOEND: none). */
+extern TimestampTz VqRelayNextDue(TimestampTz now);
+
 /*
  * At exit after a hard timeout: record the row whose destination function was
  * running as a retryable failure (in the caller's transaction, connected to

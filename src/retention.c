@@ -166,9 +166,10 @@ DeleteEndedWindows(TimestampTz now)
 
 /*
  * One round of retention: delete expired jobs, outbox rows and ended job_id
- * windows, batch by batch, within the time budget.
+ * windows, batch by batch, within the time budget. Returns true when the
+ * budget ran out with rows left (the next round should come soon).
  */
-void
+bool
 VqRunRetention(void)
 {
 	TimestampTz start = GetCurrentTimestamp();
@@ -196,8 +197,9 @@ VqRunRetention(void)
 										now - (TimestampTz) Max(vq_retention_outbox_failed_s, 0) * USECS_PER_SEC);
 		}
 		VqCommitTransaction();
-		if (deleted < RETENTION_BATCH ||
-			TimestampDifferenceExceeds(start, GetCurrentTimestamp(), RETENTION_BUDGET_MS))
-			break;
+		if (deleted < RETENTION_BATCH)
+			return false;
+		if (TimestampDifferenceExceeds(start, GetCurrentTimestamp(), RETENTION_BUDGET_MS))
+			return true;
 	}
 }

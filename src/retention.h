@@ -4,7 +4,7 @@
 #ifndef VQ_RETENTION_H
 #define VQ_RETENTION_H
 
-/* One round of retention, in transactions of its own, within a time budget. */
-extern void VqRunRetention(void);
+/* One round of retention, in transactions of its own, within a time budget; true if it left expired rows. */
+extern bool VqRunRetention(void);
 
 #endif							/* VQ_RETENTION_H */

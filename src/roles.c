@@ -17,6 +17,7 @@
 
 #include "roles.h"
 #include "session.h"
+#include "settings.h"
 #include "vq_job.h"
 
 /* Switch to userid, keeping the security context bits we had and adding extra ones. */
@@ -64,8 +65,9 @@ VqRecordSessionUser(void)
  * (the executor connected as a superuser: those would regain its rights).
  * Not a security-restricted operation: deferred constraints and triggers
  * must be able to fire, and what a handler leaves in the session is removed
- * after the job instead (session.c). search_path = vq.handler_search_path +
- * pg_temp.
+ * after the job instead (session.c). Its settings are those a session of the
+ * role in this database would get (settings.c), but search_path =
+ * vq.handler_search_path + pg_temp.
  */
 void
 VqEnterUserCode(Oid role, VqSavedUser *saved)
@@ -76,6 +78,8 @@ VqEnterUserCode(Oid role, VqSavedUser *saved)
 	(void) set_config_option("session_authorization", GetUserNameFromId(role, false),
 							 PGC_SUSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 	SetUserIdAndSecContext(role, SECURITY_LOCAL_USERID_CHANGE);
+	/* what a session of the role in this database would get (settings.c) */
+	VqApplyUserCodeSettings(role);
 	(void) set_config_option("search_path", psprintf("%s, pg_temp", vq_handler_search_path),
 							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 	VqSessionUserCodeBegins(role);

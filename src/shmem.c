@@ -59,6 +59,9 @@ InitDatabaseSlot(VqDatabaseSlot *slot, LWLock *lock)
 	{
 		pg_atomic_init_u64(&slot->cancel_seq[i], 0);
 		pg_atomic_init_u32(&slot->executors[i].sleeping, 0);
+		pg_atomic_init_u64(&slot->executors[i].log.seq, 0);
+		pg_atomic_init_u32(&slot->executors[i].log.head, 0);
+		pg_atomic_init_u32(&slot->executors[i].log.tail, 0);
 	}
 }
 
@@ -81,6 +84,7 @@ VqShmemStartup(void)
 		VqShared->launcher_pid = 0;
 		VqShared->launcher_latch = NULL;
 		pg_atomic_init_u64(&VqShared->extension_changes, 0);
+		pg_atomic_init_u32(&VqShared->server_read_only, 0);
 		VqShared->nslots = vq_max_databases;
 		for (int i = 0; i < vq_max_databases; i++)
 			InitDatabaseSlot(&VqShared->slots[i], &locks[1 + i].lock);

@@ -6,6 +6,9 @@
  * others write and one process reads:
  *
  *  - VqShared->launcher_*: the launcher, under VqShared->lock.
+ *  - VqShared->server_read_only: the launcher (an atomic): the server's own
+ *    default_transaction_read_only (the executors pin theirs off, whatever
+ *    their database's or role's defaults say, and look here instead).
  *  - VqShared->extension_changes: an atomic moved by committing CREATE / DROP
  *    EXTENSION (wakeup.c); the launcher reads it to probe again the databases
  *    it found without the extension (they hold no slot, so nothing else tells).
@@ -28,7 +31,10 @@
  *  - slot->positions: where claims got to in each (queue, priority), under
  *    the slot's lock: executors advance them after a claim, and every commit
  *    that makes a job ENQUEUED lowers them (claimpos.c).
- *  - slot->executors[i]: executor i only (see VqExecutorSlot).
+ *  - slot->saver_pid: the saver of the database (saver.c), under the slot's
+ *    lock; read by those who wait for the database's processes to leave.
+ *  - slot->executors[i]: executor i only (see VqExecutorSlot), but the
+ *    saver's part of its live log (VqLiveLog).
  *
  * Two segments of their own: the prepared transactions' wake-up notes
  * (prepared.c: written and taken by the sessions that prepare and finish
@@ -206,25 +212,28 @@ typedef struct VqRunningJob
 	int64		progress_failed;
 } VqRunningJob;
 
-/* Bytes of log lines a running handler wrote that other executors can save while it runs. */
+/* Bytes of log lines a running handler wrote that the saver can save while it runs. */
 #define VQ_LIVE_LOG_BYTES 4096
 
 /*
- * The live log of an executor's running job (see livelog.c), under the
- * database slot's lock: the running executor appends lines and resets it for
- * each run; another executor saves the lines and removes them.
+ * The live log of an executor's running job (see livelog.c): a ring of
+ * VQ_LIVE_LOG_BYTES. The running executor appends lines without a lock
+ * (seq, head and the bytes between tail and head are its own); the saver
+ * copies lines out and, once its insert committed, moves tail (tail,
+ * saved_lines, saving: the saver's, under the database slot's lock); the
+ * running executor resets all of it, under that lock, when the run ends.
  */
 typedef struct VqLiveLog
 {
-	uint64		seq;			/* the run the lines belong to (VqRunningJob.seq; 0: closed) */
-	int			first_line;		/* number (in the run) of the first line held */
-	int			nlines;
-	int			nbytes;
-	bool		saving;			/* another executor copied lines and has not committed them yet */
+	pg_atomic_uint64 seq;		/* the run the lines belong to (VqRunningJob.seq; 0: none) */
+	pg_atomic_uint32 head;		/* bytes appended in the run (a ring position: buf[head % size]) */
+	pg_atomic_uint32 tail;		/* bytes saved so far */
+	int			saved_lines;	/* lines saved so far */
+	bool		saving;			/* the saver copied lines and has not committed them yet */
 	char		buf[VQ_LIVE_LOG_BYTES];
 } VqLiveLog;
 
-/* One executor process; every field is written by that executor only (but the live log). */
+/* One executor process; every field is written by that executor only (but the saver's part of the live log). */
 typedef struct VqExecutorSlot
 {
 	/* identity, set at start and cleared at exit, under the slot's lock */
@@ -267,6 +276,7 @@ typedef struct VqDatabaseSlot
 	VqClaimPositions positions; /* under the slot's lock: advanced by claims, lowered by commits */
 	VqNotifyBound notify_bounds[VQ_MAX_CLAIM_QUEUES];	/* under the slot's lock */
 	uint64		pull_tickets;	/* under the slot's lock: pulls begun (never reset, unlike positions) */
+	int			saver_pid;		/* the saver connected to the database (saver.c; 0: none), under the slot's lock */
 	VqExecutorSlot executors[VQ_MAX_EXECUTORS];
 } VqDatabaseSlot;
 
@@ -276,6 +286,7 @@ typedef struct VqSharedState
 	int			launcher_pid;
 	Latch	   *launcher_latch;
 	pg_atomic_uint64 extension_changes; /* CREATE / DROP EXTENSION vq_job commits in any database */
+	pg_atomic_uint32 server_read_only;	/* the launcher: the server's default_transaction_read_only is on */
 	int			nslots;
 	VqDatabaseSlot slots[FLEXIBLE_ARRAY_MEMBER];
 } VqSharedState;

@@ -89,7 +89,7 @@ DefineSettings(void)
 							NULL, &vq_notify_take_timeout_ms, 5000, 100, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
 	DefineCustomIntVariable("vq.progress_flush_interval_ms",
-							"Interval at which the progress of jobs running visibly, and the log lines of handlers running longer than 100 ms, are saved while they run (0 = only at the end).",
+							"Interval at which the progress of jobs running visibly, and the log lines of running handlers, are saved while they run, by a saver process the launcher starts (0 = only at the end).",
 							NULL, &vq_progress_flush_interval_ms, 10000, 0, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
 	DefineCustomIntVariable("vq.log_max_lines",

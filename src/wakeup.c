@@ -245,6 +245,7 @@ CopyNotes(VqWakeNotes *notes)
 	notes->next_due = next_due_at_commit;
 	notes->relay = relay_at_commit;
 	notes->relay_low_id = relay_low_id_at_commit;
+	notes->callbacks = callbacks_at_commit;
 	notes->extension_changed = extension_changed_at_commit;
 }
 
@@ -432,6 +433,7 @@ NoteEverything(void)
 	forget_positions_at_commit = true;
 	due_at_commit = true;
 	relay_at_commit = true;
+	callbacks_at_commit = true;
 	next_due_at_commit = Min(next_due_at_commit, GetCurrentTimestamp());	/* passed: look it up again */
 }
 
@@ -467,6 +469,7 @@ VqWakeForCommitPrepared(const VqWakeNotes *notes)
 		next_due_at_commit = Min(next_due_at_commit, notes->next_due);
 		relay_at_commit |= notes->relay;
 		relay_low_id_at_commit = Min(relay_low_id_at_commit, notes->relay_low_id);
+		callbacks_at_commit |= notes->callbacks;
 		extension_changed_at_commit |= notes->extension_changed;
 	}
 	WakeupReleaseCallback(RESOURCE_RELEASE_AFTER_LOCKS, true, true, NULL);
@@ -490,4 +493,22 @@ void
 VqWakeAfterRestore(Oid dboid)
 {
 	(void) VqWithDatabaseSlot(dboid, LW_EXCLUSIVE, WakeAllForRestore, NULL);
+}
+
+/* Set the latch of every executor of every database (the launcher, when the server turns read-only). */
+void
+VqWakeAllExecutors(void)
+{
+	LWLockAcquire(VqShared->lock, LW_SHARED);
+	for (int s = 0; s < VqShared->nslots; s++)
+	{
+		VqDatabaseSlot *slot = &VqShared->slots[s];
+
+		LWLockAcquire(slot->lock, LW_SHARED);
+		for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
+			if (slot->executors[i].pid != 0 && slot->executors[i].latch != NULL)
+				SetLatch(slot->executors[i].latch);
+		LWLockRelease(slot->lock);
+	}
+	LWLockRelease(VqShared->lock);
 }

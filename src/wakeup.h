@@ -72,6 +72,7 @@ typedef struct VqWakeNotes
 	TimestampTz next_due;
 	bool		relay;
 	int64		relay_low_id;
+	bool		callbacks;
 	bool		extension_changed;
 } VqWakeNotes;
 
@@ -91,5 +92,8 @@ extern void VqLookAtEverythingAtCommit(void);
 
 /* Now: a restore into this database ended: its executors forget their positions and look at everything. */
 extern void VqWakeAfterRestore(Oid dboid);
+
+/* Now: set the latch of every executor of every database (the launcher: each must look at VqShared). */
+extern void VqWakeAllExecutors(void);
 
 #endif							/* VQ_WAKEUP_H */

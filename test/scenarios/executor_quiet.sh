@@ -7,10 +7,22 @@
 #   2. the execution-timeout watch is one timer armed for the deadline: a handler sleeping
 #      for 3 s is not woken in between (its process makes a handful of voluntary context
 #      switches in 2 s, not one per 50 ms).
+#   3. an idle database's executors wake no more often than its queue's poll interval: in a
+#      second database whose only queue polls every 5 s (the default queue), after one job
+#      ran (so the cancel poll of a handler was armed and disarmed) and once the executors
+#      slept 1.5 s in a row (longer than the housekeeping tick that follows work), each
+#      executor makes at most 2 voluntary context switches (the sleep a wake ends, and a lock
+#      wait) per wake the poll interval allows over a 15-s sample: 2 x (15 / 5 + 1) = 8.
 set -euo pipefail
 . "$(dirname "$0")/lib/common.sh"
 
-trap cleanup_configs EXIT
+IDLE_DB="${PGDATABASE}_idle"
+cleanup() {
+    set +e
+    cleanup_configs
+    PGOPTIONS='-c client_min_messages=warning' dropdb --if-exists --force "$IDLE_DB" >/dev/null 2>&1
+}
+trap cleanup EXIT
 
 log "setup: two executors, every handler inline after its first run"
 set_config vq.executors_per_database 2
@@ -79,4 +91,47 @@ q "SELECT 1 FROM vq.job WHERE execution_id = '$id' AND state = 'RUNNING'" | grep
 (((after - before) <= 10)) ||
     fail "the executor running a sleeping handler woke $((after - before)) times in 2 s (a periodic watch timer?)"
 wait_for "SELECT state = 'COMPLETED' FROM vq.job WHERE execution_id = '$id'" 10 "the sleeping job COMPLETED"
+
+# ---- 3. an idle database's executors sleep through their poll interval --------------------
+log "3. a second database, idle after one job"
+createdb "$IDLE_DB" || fail "createdb $IDLE_DB failed"
+PGDATABASE="$IDLE_DB" qs >/dev/null <<'SQL'
+CREATE EXTENSION vq_job;
+CREATE FUNCTION public.eq_noop(p jsonb) RETURNS void LANGUAGE sql AS '';
+SELECT vq_register_handler('eq_noop', 'public.eq_noop(jsonb)');
+SQL
+id="$(PGDATABASE="$IDLE_DB" q "SELECT vq_enqueue('eq_noop', '{}')")"
+PGDATABASE="$IDLE_DB" wait_state "$id" COMPLETED 15
+poll_ms="$(PGDATABASE="$IDLE_DB" q "SELECT max(sleep_delay_ms) || '|' || count(*) FROM vq.queue")"
+[[ "$poll_ms" == "5000|1" ]] || fail "the idle database should have one queue polling every 5 s, found [$poll_ms] (ms|queues)"
+poll_ms=5000
+idle_executors="SELECT pid FROM pg_stat_activity WHERE backend_type = 'vq_job executor' AND datname = '$IDLE_DB'"
+wait_for "SELECT count(*) = 2 AND bool_and(wait_event = 'Extension') FROM pg_stat_activity
+           WHERE backend_type = 'vq_job executor' AND datname = '$IDLE_DB'" 15 "both executors of $IDLE_DB asleep"
+mapfile -t pids < <(q "$idle_executors")
+switches_of() { awk '/^voluntary_ctxt_switches/ { print $2 }' "/proc/$1/status"; }
+counters() { local p; for p in "${pids[@]}"; do printf '%s ' "$(switches_of "$p")"; done; }
+# settled: no executor woke for longer than the housekeeping tick (1 s) that follows work
+deadline=$(($(now_ms) + 20000)) seen="$(counters)" since="$(now_ms)"
+while (($(now_ms) - since < 1500)); do
+    (($(now_ms) < deadline)) || fail "the executors of $IDLE_DB never slept 1.5 s in a row within 20 s (switches: $seen)"
+    sleep 0.05
+    now="$(counters)"
+    [[ "$now" == "$seen" ]] || { seen="$now"; since="$(now_ms)"; }
+done
+sample_ms=15000
+declare -A before=()
+for p in "${pids[@]}"; do
+    before[$p]="$(switches_of "$p")"
+done
+t0="$(now_ms)"
+wait_for "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint >= $((t0 + sample_ms))" 20 "the end of the sample"
+elapsed_ms=$(($(now_ms) - t0))
+bound=$((2 * (elapsed_ms / poll_ms + 1)))
+for p in "${pids[@]}"; do
+    [[ -r "/proc/$p/status" ]] || fail "executor $p of $IDLE_DB exited during the sample"
+    n=$(($(switches_of "$p") - before[$p]))
+    log "executor $p: $n voluntary context switches in $elapsed_ms ms (bound $bound: poll every $poll_ms ms)"
+    ((n <= bound)) || fail "executor $p of an idle database woke $n times in $elapsed_ms ms; its poll interval ($poll_ms ms) allows $bound"
+done
 log "PASS"

@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
-# live_logs.sh: the vq_log lines of a handler running longer than 100 ms are saved in vq.job_log
-# while it runs (by another executor, every vq.progress_flush_interval_ms = 500 here) and kept
-# when the attempt fails; every line exactly once, in order.
+# live_logs.sh: the vq_log lines and the progress of a running handler are saved in vq.job_log
+# and vq.job while it runs (by the saver the launcher starts every vq.progress_flush_interval_ms,
+# 500 here) and kept when the attempt fails; every line exactly once, in order.
 #   1. a handler logging a line every 400 ms for 3.2 s, then raising: its first lines are in
 #      vq.job_log while it still runs; after it is dead-lettered all 8 lines, once each, in order.
 #   2. a handler logging 300 lines of ~110 bytes (more than one executor's 4 kB live log holds)
 #      over 1.5 s, then returning: lines appear while it runs; at the end exactly 300, in order.
+#   3. with one executor (vq.executors_per_database = vq.max_executors = 1: no other executor
+#      could save anything) and vq.progress_flush_interval_ms = 1000, a handler that logs two
+#      lines at once, sets its progress (10, 3 done) and sleeps 4 s, logs a third line and
+#      sleeps 4 s more: the first two lines and the progress are in vq.job_log / vq.job within
+#      3 s (a tick, the saver's start, slack) of the job's start, the third within 3 s of being
+#      logged, each time while the job is still RUNNING; at the end the three lines, once
+#      each, in order.
 # Runs against $PGDATABASE (a fresh database with vq_job); exits non-zero on failure.
 # shellcheck disable=SC2119  # qs reads its script from stdin, not from arguments
 set -euo pipefail
@@ -40,8 +47,19 @@ BEGIN
         IF i % 20 = 0 THEN PERFORM pg_sleep(0.1); END IF;
     END LOOP;
 END $$;
+CREATE FUNCTION ll_alone(p jsonb) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM vq_log('INFO', 'at once');
+    PERFORM vq_log('INFO', 'right after', '{"n": 2}');
+    PERFORM vq_progress_set_total(10);
+    PERFORM vq_progress_add(3);
+    PERFORM pg_sleep(4);
+    PERFORM vq_log('INFO', 'after a pause');
+    PERFORM pg_sleep(4);
+END $$;
 SELECT vq_register_handler('ll_slow', 'll_slow(jsonb)', queue => 'll', max_attempts => 1);
 SELECT vq_register_handler('ll_many', 'll_many(jsonb)', queue => 'll');
+SELECT vq_register_handler('ll_alone', 'll_alone(jsonb)', queue => 'll');
 SQL
 
 log "1. lines while it runs, all kept when it fails"
@@ -67,4 +85,29 @@ assert_eq "300|300|true" \
                  (array_agg(left(message, 4) ORDER BY id) = ARRAY(SELECT lpad(g::text, 4, '0') FROM generate_series(1, 300) g))
             FROM vq.job_log WHERE execution_id = '$M'")" \
     "300 lines of $M, once each, in order"
+
+log "3. one executor: lines and progress saved while it runs, whenever they were logged"
+one_executor
+set_config vq.progress_flush_interval_ms 1000
+# within about a tick: the saver is started at the launcher's next look (a tick at most), plus
+# its process start (a second of slack for a loaded machine)
+SAVED_WITHIN=3
+A="$(q "SELECT vq_enqueue('ll_alone', '{}')")"
+wait_for "SELECT state = 'RUNNING' FROM vq.job WHERE execution_id = '$A'" 10 "$A RUNNING"
+running_at="$(now_ms)"
+wait_for "SELECT count(*) = 2 FROM vq.job_log WHERE execution_id = '$A'" "$SAVED_WITHIN" \
+    "the two lines $A logged at once, saved within ${SAVED_WITHIN} s of its start"
+wait_for "SELECT progress_total = 10 AND progress_succeeded = 3 FROM vq.job WHERE execution_id = '$A'" \
+    "$SAVED_WITHIN" "the progress of $A, saved within ${SAVED_WITHIN} s of its start"
+assert_eq RUNNING "$(q "SELECT state FROM vq.job WHERE execution_id = '$A'")" \
+    "the state of $A when its first lines and progress were saved ($(($(now_ms) - running_at)) ms after it ran)"
+# the third line is logged 4 s after the start; the handler returns 4 s later
+wait_for "SELECT count(*) = 3 FROM vq.job_log WHERE execution_id = '$A'" $((4 + SAVED_WITHIN)) \
+    "the line $A logged after its pause, saved within ${SAVED_WITHIN} s"
+assert_eq RUNNING "$(q "SELECT state FROM vq.job WHERE execution_id = '$A'")" \
+    "the state of $A when its third line was saved ($(($(now_ms) - running_at)) ms after it ran)"
+wait_state "$A" COMPLETED 15
+assert_eq "at once,right after,after a pause|2" \
+    "$(q "SELECT string_agg(message, ',' ORDER BY id) || '|' || max(fields ->> 'n') FROM vq.job_log WHERE execution_id = '$A'")" \
+    "the lines of $A, once each, in order (and the fields of the second)"
 log "PASS"
