@@ -130,6 +130,7 @@ typedef struct ServePass
 {
 	long		timeout;		/* ms until some database needs attention */
 	int			waiting;		/* databases whose first executor does not run */
+	int			waiting_probes;	/* those of them not known to be served: probes asked for */
 	bool		may_preempt;	/* one of them found no slot and may take another database's executor's */
 } ServePass;
 
@@ -615,6 +616,7 @@ StartFirstExecutor(VqDatabaseSlot *slot, LauncherDatabase *db, TimestampTz now, 
 	if (no_slot && db->served)
 		WarnNoWorkerSlot(db, 0);
 	pass->waiting++;
+	pass->waiting_probes += !db->served;
 	pass->may_preempt |= db->first_failed;
 	return next;
 }
@@ -676,9 +678,10 @@ PreemptionUnderWay(void)
  * free: ask the highest-numbered executor of the database that has the most
  * to stop (SIGTERM: it finishes its job, records it and exits; no database
  * gets a second executor while one waits), so that its slot goes to the one
- * waiting. One at a time; never a database's last executor.
+ * waiting. One at a time; never a database's last executor. Returns whether
+ * an executor gives its slot up (now or from an earlier call).
  */
-static void
+static bool
 PreemptOneExecutor(void)
 {
 	HASH_SEQ_STATUS seq;
@@ -689,7 +692,7 @@ PreemptOneExecutor(void)
 	pid_t		pid;
 
 	if (PreemptionUnderWay())
-		return;
+		return true;
 	hash_seq_init(&seq, launcher_databases);
 	while ((db = hash_seq_search(&seq)) != NULL)
 	{
@@ -710,7 +713,7 @@ PreemptOneExecutor(void)
 		most = n;
 	}
 	if (victim == NULL || GetBackgroundWorkerPid(victim->handles[index], &pid) != BGWH_STARTED)
-		return;
+		return false;
 	preempted_db = victim->dboid;
 	preempted_index = index;
 	preempted_pid = pid;
@@ -719,6 +722,7 @@ PreemptOneExecutor(void)
 			(errmsg("vq_job: stopping executor %d of database \"%s\": a database waits for its first executor and no background worker slot is free",
 					index, victim->name),
 			 errhint(WORKER_SLOTS_HINT)));
+	return true;
 }
 
 /* Give a database's slot back (its executors have exited). */
@@ -997,13 +1001,22 @@ ServeDatabases(void)
 	HASH_SEQ_STATUS seq;
 	LauncherDatabase *db;
 	ServePass	pass = {.timeout = 10000};
+	bool		preempting;
 
 	ScanDatabases();
 	hash_seq_init(&seq, launcher_databases);
 	while ((db = hash_seq_search(&seq)) != NULL)
 		if (db->seen)
 			PassDeadline(&pass, ServeDatabase(db, &pass));
-	if (pass.waiting == 0)
+	/*
+	 * A served database waiting for its first executor holds the others
+	 * back; a probe of one not known to be served only while an executor
+	 * gives it a slot: with every slot held by first executors it would wait
+	 * for good, and no database would ever get (or warn about) a second; it
+	 * finds its slot by preemption once seconds run.
+	 */
+	preempting = pass.may_preempt && PreemptOneExecutor();
+	if (pass.waiting == pass.waiting_probes && !preempting)
 	{
 		TimestampTz now = GetCurrentTimestamp();
 
@@ -1013,8 +1026,6 @@ ServeDatabases(void)
 			if (db->pass_slot != NULL)
 				PassDeadline(&pass, SaveRunningJobs(db->pass_slot, db, now));
 	}
-	else if (pass.may_preempt)
-		PreemptOneExecutor();
 	ForgetDatabases();
 	return pass.timeout;
 }
