@@ -8,7 +8,13 @@ OBJS         = src/vq_job.o src/shmem.o src/wakeup.o src/roles.o src/registry.o 
                src/retention.o src/jobvacuum.o src/compact.o src/consumer.o src/outbox.o src/relay.o src/spi_util.o src/session.o \
                src/pool.o src/rolejobs.o src/callbacks.o src/listeners.o src/livelog.o src/funccache.o src/deferred.o \
                src/prepared.o src/restore.o src/saver.o src/settings.o
-DATA         = $(wildcard sql/vq_job--*.sql)
+# The install script of the current version is built from the fragments of sql/schema/,
+# concatenated in this order (sql/README.md); the install scripts of released versions and
+# the upgrade scripts are plain files in sql/, installed as they are.
+SQL_FRAGMENTS = $(addprefix sql/schema/,schema.sql jobs.sql registry.sql enqueue.sql consumers.sql \
+                outbox.sql callbacks.sql operations.sql views.sql privileges.sql dump.sql)
+DATA_built   = sql/$(EXTENSION)--$(EXTVERSION).sql
+DATA         = $(filter-out $(DATA_built),$(wildcard sql/$(EXTENSION)--*.sql))
 PG_CONFIG   ?= pg_config
 
 # Warnings are errors: the server's CFLAGS plus -Wextra (minus the two the headers trip).
@@ -34,6 +40,15 @@ include $(PGXS)
 
 # PGXS tracks no header dependencies: rebuild every object when a header changes.
 $(OBJS): $(wildcard src/*.h)
+
+# The install script: the fragments in SQL_FRAGMENTS order, a blank line between two (make
+# clean removes it). Every file of sql/schema/ must be listed there, and only those.
+ifneq ($(sort $(SQL_FRAGMENTS)),$(sort $(wildcard sql/schema/*.sql)))
+$(error SQL_FRAGMENTS lists $(sort $(SQL_FRAGMENTS)) but sql/schema/ holds $(sort $(wildcard sql/schema/*.sql)))
+endif
+$(DATA_built): $(SQL_FRAGMENTS) Makefile
+	awk 'FNR == 1 && NR > 1 { print "" } { print }' $(SQL_FRAGMENTS) > $@.tmp
+	mv $@.tmp $@
 
 # The reference NOTIFY consumer (libpq program), built and installed with the extension.
 .PHONY: consumer install-consumer clean-consumer
