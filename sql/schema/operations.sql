@@ -116,7 +116,7 @@ CREATE FUNCTION vq.visible_job_counts(
     OUT completed bigint, OUT dead_letter bigint, OUT cancelled bigint,
     OUT oldest_due_at timestamptz, OUT completed_last_minute bigint)
 RETURNS SETOF record
-LANGUAGE sql STABLE
+LANGUAGE sql STABLE PARALLEL RESTRICTED
 SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT q.name, q.paused,
@@ -143,18 +143,18 @@ CREATE FUNCTION vq.all_job_counts(
     OUT completed bigint, OUT dead_letter bigint, OUT cancelled bigint,
     OUT oldest_due_at timestamptz, OUT completed_last_minute bigint)
 RETURNS SETOF record
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE sql STABLE SECURITY DEFINER PARALLEL RESTRICTED
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT * FROM vq.visible_job_counts() $$;
 
 -- Outbox rows by status: those the caller may see, and (as the owner) all of them.
 CREATE FUNCTION vq.visible_outbox_counts(OUT status text, OUT n bigint) RETURNS SETOF record
-LANGUAGE sql STABLE
+LANGUAGE sql STABLE PARALLEL RESTRICTED
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT o.status, count(*) FROM vq.outbox o GROUP BY o.status $$;
 
 CREATE FUNCTION vq.all_outbox_counts(OUT status text, OUT n bigint) RETURNS SETOF record
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE sql STABLE SECURITY DEFINER PARALLEL RESTRICTED
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT * FROM vq.visible_outbox_counts() $$;
 
@@ -166,7 +166,7 @@ CREATE FUNCTION vq.job_counts(
     OUT completed bigint, OUT dead_letter bigint, OUT cancelled bigint,
     OUT oldest_due_at timestamptz, OUT completed_last_minute bigint, OUT scope text)
 RETURNS SETOF record
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql STABLE PARALLEL RESTRICTED
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
@@ -180,7 +180,7 @@ $$;
 
 -- The same for outbox rows (EXECUTE on vq.all_outbox_counts()).
 CREATE FUNCTION vq.outbox_counts(OUT status text, OUT n bigint, OUT scope text) RETURNS SETOF record
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql STABLE PARALLEL RESTRICTED
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN

@@ -16,7 +16,7 @@ COMMENT ON SCHEMA vq IS 'vq_job: queues, handlers, jobs, history, logs and outbo
 -- transaction) it fails with SQLSTATE 25006 and a message and hint in vq_job's words, naming
 -- the function, instead of PostgreSQL's error about the first INSERT.
 CREATE FUNCTION vq.require_writable(what text) RETURNS void
-    LANGUAGE c VOLATILE PARALLEL SAFE AS 'MODULE_PATHNAME', 'vq_require_writable';
+    LANGUAGE c VOLATILE PARALLEL RESTRICTED AS 'MODULE_PATHNAME', 'vq_require_writable';
 
 -- Is the statement the client sent a COPY or an INSERT (what a restore runs), not a function call?
 CREATE FUNCTION vq.loading_rows() RETURNS boolean
