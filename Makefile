@@ -8,8 +8,15 @@ OBJS         = src/vq_job.o src/shmem.o src/wakeup.o src/roles.o src/registry.o 
                src/retention.o src/jobvacuum.o src/compact.o src/consumer.o src/outbox.o src/relay.o src/spi_util.o src/session.o \
                src/pool.o src/rolejobs.o src/callbacks.o src/listeners.o src/livelog.o src/funccache.o src/deferred.o \
                src/prepared.o src/restore.o src/saver.o src/settings.o
-DATA         = $(wildcard sql/vq_job--*.sql)
+DATA         = $(filter-out $(DATA_built),$(wildcard sql/$(EXTENSION)--*.sql))
 PG_CONFIG   ?= pg_config
+
+# The install script of the current version (DATA_built) is built from the fragments of
+# sql/schema/, concatenated in this order (sql/README.md); the install scripts of released
+# versions and the upgrade scripts are plain files in sql/ (DATA), installed as they are.
+SQL_FRAGMENTS = $(addprefix sql/schema/,schema.sql jobs.sql registry.sql enqueue.sql consumers.sql \
+                outbox.sql callbacks.sql operations.sql views.sql privileges.sql dump.sql)
+DATA_built   = sql/$(EXTENSION)--$(EXTVERSION).sql
 
 # Warnings are errors: the server's CFLAGS plus -Wextra (minus the two the headers trip).
 PG_CFLAGS   += -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
@@ -46,6 +53,17 @@ install-consumer: consumer
 clean: clean-consumer
 clean-consumer:
 	$(MAKE) -C consumer clean
+
+# The install script: the fragments in SQL_FRAGMENTS order, a blank line between two (make
+# clean removes it). Every file of sql/schema/ must be listed there, and only those.
+ifneq ($(sort $(SQL_FRAGMENTS)),$(sort $(wildcard sql/schema/*.sql)))
+$(error sql/schema/ and SQL_FRAGMENTS (Makefile) differ: $(strip \
+    $(addprefix  not listed: ,$(filter-out $(SQL_FRAGMENTS),$(wildcard sql/schema/*.sql))) \
+    $(addprefix  missing: ,$(filter-out $(wildcard sql/schema/*.sql),$(SQL_FRAGMENTS)))))
+endif
+$(DATA_built): $(SQL_FRAGMENTS) Makefile
+	awk 'FNR == 1 && NR > 1 { print "" } { print }' $(SQL_FRAGMENTS) > $@.tmp
+	mv $@.tmp $@
 
 # The same tests on a temporary instance that preloads vq_job (no server needed; PGXS has
 # no "make check" for extensions).
