@@ -2,19 +2,29 @@
 EXTENSION    = vq_job
 EXTVERSION   = 0.1.0
 MODULE_big   = vq_job
-OBJS         = src/vq_job.o src/shmem.o src/wakeup.o src/roles.o src/registry.o src/resolve.o \
-               src/enqueue.o src/context.o src/backoff.o src/launcher.o src/guard.o \
-               src/executor.o src/claim.o src/claimpos.o src/pullpos.o src/inflight.o src/dispatch.o src/outcome.o src/jobapi.o \
-               src/retention.o src/jobvacuum.o src/compact.o src/consumer.o src/outbox.o src/relay.o src/spi_util.o src/session.o \
-               src/pool.o src/rolejobs.o src/callbacks.o src/listeners.o src/livelog.o src/funccache.o src/deferred.o \
-               src/prepared.o src/restore.o src/saver.o src/settings.o
+OBJS         = src/vq_job.o \
+               src/main/shmem.o \
+               src/util/backoff.o src/util/spi_util.o \
+               src/cache/funccache.o src/cache/registry.o \
+               src/claim/claim.o src/claim/claimpos.o src/claim/inflight.o src/claim/pullpos.o \
+               src/state/outcome.o src/state/prepared.o src/state/wakeup.o \
+               src/run/callbacks.o src/run/context.o src/run/deferred.o src/run/dispatch.o \
+               src/run/jobapi.o src/run/listeners.o src/run/livelog.o src/run/roles.o \
+               src/run/session.o src/run/settings.o \
+               src/api/consumer.o src/api/enqueue.o src/api/outbox.o src/api/relay.o \
+               src/api/resolve.o \
+               src/executors/compact.o src/executors/executor.o src/executors/jobvacuum.o \
+               src/executors/pool.o src/executors/restore.o src/executors/retention.o \
+               src/executors/saver.o \
+               src/launcher/guard.o src/launcher/launcher.o src/launcher/rolejobs.o
 DATA         = $(wildcard sql/vq_job--*.sql)
 PG_CONFIG   ?= pg_config
 
 # Warnings are errors: the server's CFLAGS plus -Wextra (minus the two the headers trip).
 PG_CFLAGS   += -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
-# The executors compare it with the installed extension version.
-PG_CPPFLAGS += -DVQ_EXTVERSION=\"$(EXTVERSION)\"
+# The executors compare it with the installed extension version. Sources include each other
+# by folder (#include "run/roles.h"), from src/.
+PG_CPPFLAGS += -DVQ_EXTVERSION=\"$(EXTVERSION)\" -I$(srcdir)/src
 
 # Tests against a running server with vq_job preloaded (make installcheck; PGHOST, PGPORT
 # and PGUSER say which): pg_regress scripts in test/sql with their expected output in
@@ -33,7 +43,7 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
 # PGXS tracks no header dependencies: rebuild every object when a header changes.
-$(OBJS): $(wildcard src/*.h)
+$(OBJS): $(wildcard src/*.h src/*/*.h)
 
 # The reference NOTIFY consumer (libpq program), built and installed with the extension.
 .PHONY: consumer install-consumer clean-consumer

@@ -16,14 +16,14 @@
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 
-#include "compat.h"
-#include "context.h"
-#include "guard.h"
-#include "launcher.h"
-#include "prepared.h"
-#include "registry.h"
-#include "restore.h"
-#include "shmem.h"
+#include "main/compat.h"
+#include "run/context.h"
+#include "launcher/guard.h"
+#include "launcher/launcher.h"
+#include "state/prepared.h"
+#include "cache/registry.h"
+#include "executors/restore.h"
+#include "main/shmem.h"
 #include "vq_job.h"
 
 PG_MODULE_MAGIC;

@@ -1,0 +1,39 @@
+/*
+ * jobapi.h: the running job as the functions a handler calls (vq_log,
+ * progress, vq_job_cancelled) and vq.running_jobs see it.
+ */
+#ifndef VQ_JOBAPI_H
+#define VQ_JOBAPI_H
+
+#include "nodes/pg_list.h"
+
+#include "main/job.h"
+
+/* One log line of the running job, as vq_log() made it. */
+typedef struct VqLogEntry
+{
+	char	   *level;
+	char	   *message;
+	Jsonb	   *fields;			/* NULL: none */
+	TimestampTz at;
+} VqLogEntry;
+
+/* Insert log lines of one attempt (in the caller's transaction, connected to SPI). */
+extern void VqWriteLogEntries(pg_uuid_t *execution_id, int32 attempt, List *entries);
+
+/* A job starts in this executor: publish it, start an empty log. */
+extern void VqJobApiBegin(VqJob *job);
+
+/* It ends: take its progress into the outcome, unpublish it. */
+extern void VqJobApiEnd(VqOutcome *outcome);
+
+/* The job this executor runs now (NULL between jobs). */
+extern VqJob *VqCurrentJob(void);
+
+/* Has vq_cancel asked the job this executor runs now to stop? */
+extern bool VqJobCancelRequested(void);
+
+/* Write the job's buffered log lines (in the caller's transaction, connected to SPI). */
+extern void VqFlushJobLogs(VqJob *job);
+
+#endif							/* VQ_JOBAPI_H */
