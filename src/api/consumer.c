@@ -38,7 +38,8 @@
 #include "util/spi_util.h"
 #include "cache/registry.h"
 #include "run/roles.h"
-#include "vq_job.h"
+#include "main/errcodes.h"
+#include "main/checks.h"
 #include "state/wakeup.h"
 
 PG_FUNCTION_INFO_V1(vq_complete);

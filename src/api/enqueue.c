@@ -45,7 +45,10 @@
 #include "run/roles.h"
 #include "main/shmem.h"
 #include "util/spi_util.h"
-#include "vq_job.h"
+#include "main/limits.h"
+#include "main/errcodes.h"
+#include "main/guc.h"
+#include "main/checks.h"
 #include "state/wakeup.h"
 
 PG_FUNCTION_INFO_V1(vq_enqueue);

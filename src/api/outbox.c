@@ -26,7 +26,9 @@
 #include "api/enqueue.h"
 #include "cache/registry.h"
 #include "run/roles.h"
-#include "vq_job.h"
+#include "main/errcodes.h"
+#include "main/guc.h"
+#include "main/checks.h"
 #include "state/wakeup.h"
 
 PG_FUNCTION_INFO_V1(vq_outbox_publish);

@@ -50,7 +50,10 @@
 #include "run/roles.h"
 #include "run/session.h"
 #include "util/spi_util.h"
-#include "vq_job.h"
+#include "main/limits.h"
+#include "main/errcodes.h"
+#include "main/guc.h"
+#include "main/checks.h"
 #include "state/wakeup.h"
 
 /* Backoff of retryable / unresolvable rows: 1 s doubling per attempt, at most 5 minutes. */

@@ -6,6 +6,8 @@
  */
 #include "postgres.h"
 
+#include "main/errcodes.h"
+#include "main/checks.h"
 #include "access/htup_details.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"

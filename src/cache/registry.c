@@ -15,6 +15,8 @@
  */
 #include "postgres.h"
 
+#include "main/limits.h"
+#include "main/errcodes.h"
 #include "access/genam.h"
 #include "access/heapam.h"
 #include "access/htup_details.h"

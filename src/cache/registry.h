@@ -13,7 +13,7 @@
 #include "nodes/pg_list.h"
 
 #include "util/backoff.h"
-#include "vq_job.h"
+#include "main/limits.h"
 
 typedef struct VqQueue
 {

@@ -40,7 +40,8 @@
 #include "main/job.h"
 #include "state/outcome.h"
 #include "util/spi_util.h"
-#include "vq_job.h"
+#include "main/limits.h"
+#include "main/guc.h"
 #include "state/wakeup.h"
 
 /* Local polling schedule of one queue. */

@@ -33,7 +33,7 @@
 #include "executors/executor.h"
 #include "claim/inflight.h"
 #include "state/outcome.h"
-#include "vq_job.h"
+#include "main/limits.h"
 
 /*
  * The NOTIFY bound entry of a queue (caller holds the slot's lock), created

@@ -36,6 +36,7 @@
  */
 #include "postgres.h"
 
+#include "main/limits.h"
 #include "access/xact.h"
 #include "miscadmin.h"
 #include "utils/resowner.h"

@@ -89,7 +89,7 @@
 #include "run/roles.h"
 #include "run/settings.h"
 #include "util/spi_util.h"
-#include "vq_job.h"
+#include "main/guc.h"
 #include "state/wakeup.h"
 
 PGDLLEXPORT void vq_executor_main(Datum arg);

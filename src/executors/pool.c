@@ -28,7 +28,8 @@
 #include "executors/executor.h"
 #include "executors/pool.h"
 #include "main/shmem.h"
-#include "vq_job.h"
+#include "main/limits.h"
+#include "main/guc.h"
 
 /* A visible job of a handler not known to be slow asks for executors once it has run this long. */
 #define ASK_AFTER_MS 100

@@ -21,7 +21,7 @@
 
 #include "executors/retention.h"
 #include "util/spi_util.h"
-#include "vq_job.h"
+#include "main/guc.h"
 
 #define RETENTION_BATCH 1000
 #define RETENTION_BUDGET_MS 500

@@ -32,7 +32,6 @@
 #include "run/settings.h"
 #include "main/shmem.h"
 #include "util/spi_util.h"
-#include "vq_job.h"
 
 PGDLLEXPORT void vq_saver_main(Datum arg);
 

@@ -56,7 +56,7 @@
 #include "launcher/launcher.h"
 #include "executors/saver.h"
 #include "main/shmem.h"
-#include "vq_job.h"
+#include "main/guc.h"
 #include "state/wakeup.h"
 
 PGDLLEXPORT void vq_launcher_main(Datum arg);
@@ -143,29 +143,6 @@ static void ParkDatabase(LauncherDatabase *db, TimestampTz now);
 static HTAB *launcher_databases = NULL;
 /* Configuration reloads so far (one may make a parked database served: it is probed again). */
 static uint64 config_reloads = 0;
-
-/* Is this database in vq.databases (or is that list empty)? */
-bool
-VqDatabaseSelected(const char *name)
-{
-	char	   *list;
-	List	   *names;
-	ListCell   *lc;
-	bool		selected = false;
-
-	if (vq_databases == NULL || vq_databases[0] == '\0')
-		return true;
-	list = pstrdup(vq_databases);
-	if (!SplitIdentifierString(list, ',', &names))
-	{
-		ereport(WARNING, (errmsg("vq.databases is not a valid list of database names")));
-		return false;
-	}
-	foreach(lc, names)
-		if (strcmp((char *) lfirst(lc), name) == 0)
-			selected = true;
-	return selected;
-}
 
 /* Mark every database of pg_database that accepts connections as seen (and add new ones). */
 static void

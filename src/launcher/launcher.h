@@ -12,9 +12,6 @@
 /* Register the launcher (from _PG_init). */
 extern void VqLauncherInit(void);
 
-/* Is this database in vq.databases (or is that list empty)? */
-extern bool VqDatabaseSelected(const char *name);
-
 /*
  * Ask the launcher to stop a database's executors and keep them stopped for
  * a while (a statement needs the database alone); waits, bounded, until they

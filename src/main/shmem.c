@@ -11,7 +11,7 @@
 #include "storage/shmem.h"
 
 #include "main/shmem.h"
-#include "vq_job.h"
+#include "main/guc.h"
 
 VqSharedState *VqShared = NULL;
 

@@ -52,7 +52,7 @@
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
-#include "vq_job.h"
+#include "main/limits.h"
 
 /* Handler execution times remembered per database (by name hash; a collision only costs a guess). */
 #define VQ_HANDLER_TIMINGS 64

@@ -49,7 +49,7 @@
 #include "cache/registry.h"
 #include "run/roles.h"
 #include "util/spi_util.h"
-#include "vq_job.h"
+#include "main/checks.h"
 
 /* Do callbacks run here, inline, in the transaction of what they see? */
 bool

@@ -32,7 +32,7 @@
 #include "utils/memutils.h"
 
 #include "run/context.h"
-#include "vq_job.h"
+#include "main/errcodes.h"
 
 PG_FUNCTION_INFO_V1(vq_context_set);
 PG_FUNCTION_INFO_V1(vq_context_clear);

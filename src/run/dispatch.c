@@ -69,7 +69,8 @@
 #include "run/roles.h"
 #include "run/session.h"
 #include "util/spi_util.h"
-#include "vq_job.h"
+#include "main/guc.h"
+#include "main/checks.h"
 
 static TimeoutId watch_timeout;
 static TimeoutId hard_timeout;

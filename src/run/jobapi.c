@@ -36,7 +36,9 @@
 #include "cache/registry.h"
 #include "run/roles.h"
 #include "util/spi_util.h"
-#include "vq_job.h"
+#include "main/errcodes.h"
+#include "main/guc.h"
+#include "main/checks.h"
 
 PG_FUNCTION_INFO_V1(vq_log);
 PG_FUNCTION_INFO_V1(vq_progress_set_total);

@@ -18,7 +18,7 @@
 #include "run/roles.h"
 #include "run/session.h"
 #include "run/settings.h"
-#include "vq_job.h"
+#include "main/guc.h"
 
 /* Switch to userid, keeping the security context bits we had and adding extra ones. */
 static void

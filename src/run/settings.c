@@ -56,7 +56,7 @@
 
 #include "run/roles.h"
 #include "run/settings.h"
-#include "vq_job.h"
+#include "main/guc.h"
 
 /* A setting a worker pins; for_user_code: user code gets its role's value instead. */
 typedef struct Pin

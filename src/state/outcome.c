@@ -32,7 +32,8 @@
 #include "state/outcome.h"
 #include "state/wakeup.h"
 #include "util/spi_util.h"
-#include "vq_job.h"
+#include "main/guc.h"
+#include "main/checks.h"
 
 static SPIPlanPtr completed_plan = NULL;
 static SPIPlanPtr retry_plan = NULL;

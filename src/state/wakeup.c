@@ -23,6 +23,7 @@
  */
 #include "postgres.h"
 
+#include "main/limits.h"
 #include "access/xact.h"
 #include "fmgr.h"
 #include "miscadmin.h"

@@ -9,7 +9,7 @@
 
 #include "utils/timestamp.h"
 
-#include "vq_job.h"
+#include "main/limits.h"
 
 /*
  * At the commit of this transaction (nothing on abort; a prepared transaction's
