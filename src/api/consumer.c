@@ -28,19 +28,19 @@
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
-#include "run/callbacks.h"
-#include "api/consumer.h"
-#include "api/enqueue.h"
-#include "claim/inflight.h"
+#include "main/checks.h"
+#include "main/errcodes.h"
 #include "main/job.h"
-#include "state/outcome.h"
-#include "claim/pullpos.h"
 #include "util/spi_util.h"
 #include "cache/registry.h"
-#include "run/roles.h"
-#include "main/errcodes.h"
-#include "main/checks.h"
+#include "claim/inflight.h"
+#include "claim/pullpos.h"
+#include "state/outcome.h"
 #include "state/wakeup.h"
+#include "run/callbacks.h"
+#include "run/roles.h"
+#include "api/consumer.h"
+#include "api/enqueue.h"
 
 PG_FUNCTION_INFO_V1(vq_complete);
 PG_FUNCTION_INFO_V1(vq_fail);

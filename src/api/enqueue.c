@@ -38,18 +38,18 @@
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
+#include "main/checks.h"
 #include "main/compat.h"
-#include "run/context.h"
-#include "api/enqueue.h"
-#include "cache/registry.h"
-#include "run/roles.h"
-#include "main/shmem.h"
-#include "util/spi_util.h"
-#include "main/limits.h"
 #include "main/errcodes.h"
 #include "main/guc.h"
-#include "main/checks.h"
+#include "main/limits.h"
+#include "main/shmem.h"
+#include "util/spi_util.h"
+#include "cache/registry.h"
 #include "state/wakeup.h"
+#include "run/context.h"
+#include "run/roles.h"
+#include "api/enqueue.h"
 
 PG_FUNCTION_INFO_V1(vq_enqueue);
 PG_FUNCTION_INFO_V1(vq_enqueue_in);

@@ -22,14 +22,14 @@
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
-#include "run/context.h"
-#include "api/enqueue.h"
-#include "cache/registry.h"
-#include "run/roles.h"
+#include "main/checks.h"
 #include "main/errcodes.h"
 #include "main/guc.h"
-#include "main/checks.h"
+#include "cache/registry.h"
 #include "state/wakeup.h"
+#include "run/context.h"
+#include "run/roles.h"
+#include "api/enqueue.h"
 
 PG_FUNCTION_INFO_V1(vq_outbox_publish);
 PG_FUNCTION_INFO_V1(vq_outbox_publish_to);

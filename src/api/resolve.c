@@ -6,8 +6,6 @@
  */
 #include "postgres.h"
 
-#include "main/errcodes.h"
-#include "main/checks.h"
 #include "access/htup_details.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
@@ -19,9 +17,11 @@
 #include "utils/builtins.h"
 #include "utils/syscache.h"
 
+#include "main/checks.h"
+#include "main/errcodes.h"
+#include "util/spi_util.h"
 #include "cache/registry.h"
 #include "run/roles.h"
-#include "util/spi_util.h"
 
 PG_FUNCTION_INFO_V1(vq_resolve_target);
 PG_FUNCTION_INFO_V1(vq_supported_target_ids);

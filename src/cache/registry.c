@@ -15,8 +15,6 @@
  */
 #include "postgres.h"
 
-#include "main/limits.h"
-#include "main/errcodes.h"
 #include "access/genam.h"
 #include "access/heapam.h"
 #include "access/htup_details.h"
@@ -38,8 +36,10 @@
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
-#include "cache/registry.h"
+#include "main/errcodes.h"
+#include "main/limits.h"
 #include "main/shmem.h"
+#include "cache/registry.h"
 
 PG_FUNCTION_INFO_V1(vq_registry_changed);
 

@@ -12,8 +12,8 @@
 #include "fmgr.h"
 #include "nodes/pg_list.h"
 
-#include "util/backoff.h"
 #include "main/limits.h"
+#include "util/backoff.h"
 
 typedef struct VqQueue
 {

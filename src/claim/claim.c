@@ -33,15 +33,15 @@
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
 
+#include "main/guc.h"
+#include "main/job.h"
+#include "main/limits.h"
+#include "main/shmem.h"
+#include "util/spi_util.h"
 #include "claim/claim.h"
 #include "claim/claimpos.h"
 #include "claim/inflight.h"
-#include "executors/executor.h"
-#include "main/job.h"
 #include "state/outcome.h"
-#include "util/spi_util.h"
-#include "main/limits.h"
-#include "main/guc.h"
 #include "state/wakeup.h"
 
 /* Local polling schedule of one queue. */

@@ -30,10 +30,10 @@
 #include "miscadmin.h"
 #include "utils/resowner.h"
 
-#include "executors/executor.h"
+#include "main/limits.h"
+#include "main/shmem.h"
 #include "claim/inflight.h"
 #include "state/outcome.h"
-#include "main/limits.h"
 
 /*
  * The NOTIFY bound entry of a queue (caller holds the slot's lock), created

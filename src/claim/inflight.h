@@ -8,8 +8,8 @@
 
 #include "postgres.h"
 
-#include "cache/registry.h"
 #include "main/shmem.h"
+#include "cache/registry.h"
 
 /* The bound of a queue's NOTIFY jobs in flight, or -1 when none is known (caller holds the slot's lock). */
 extern int	VqNotifyBoundLocked(VqDatabaseSlot *slot, const char *queue);

@@ -36,13 +36,13 @@
  */
 #include "postgres.h"
 
-#include "main/limits.h"
 #include "access/xact.h"
 #include "miscadmin.h"
 #include "utils/resowner.h"
 
-#include "claim/pullpos.h"
+#include "main/limits.h"
 #include "main/shmem.h"
+#include "claim/pullpos.h"
 
 /* Pulls begun in this transaction that may move a position at its commit. */
 #define PULLS_PER_TRANSACTION 4

@@ -31,8 +31,8 @@
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 
-#include "executors/compact.h"
 #include "util/spi_util.h"
+#include "executors/compact.h"
 
 #define COMPACT_CHECK_MS 5000
 /*

@@ -68,29 +68,29 @@
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
+#include "main/guc.h"
+#include "main/shmem.h"
+#include "util/spi_util.h"
 #include "claim/claim.h"
-#include "claim/inflight.h"
-#include "api/consumer.h"
-#include "run/deferred.h"
 #include "claim/claimpos.h"
-#include "executors/compact.h"
-#include "executors/jobvacuum.h"
+#include "claim/inflight.h"
+#include "claim/pullpos.h"
+#include "state/outcome.h"
+#include "state/wakeup.h"
+#include "run/deferred.h"
 #include "run/dispatch.h"
-#include "executors/executor.h"
 #include "run/jobapi.h"
 #include "run/livelog.h"
-#include "launcher/launcher.h"
-#include "state/outcome.h"
-#include "claim/pullpos.h"
-#include "executors/pool.h"
-#include "api/relay.h"
-#include "executors/restore.h"
-#include "executors/retention.h"
 #include "run/roles.h"
 #include "run/settings.h"
-#include "util/spi_util.h"
-#include "main/guc.h"
-#include "state/wakeup.h"
+#include "api/consumer.h"
+#include "api/relay.h"
+#include "executors/compact.h"
+#include "executors/jobvacuum.h"
+#include "executors/pool.h"
+#include "executors/restore.h"
+#include "executors/retention.h"
+#include "launcher/launcher.h"
 
 PGDLLEXPORT void vq_executor_main(Datum arg);
 
@@ -128,11 +128,6 @@ PGDLLEXPORT void vq_executor_main(Datum arg);
 #define BATCH_MAX_WRITING_SUBXACTS 60
 /* An executor started on demand (number >= vq.executors_per_database) exits after idling this long. */
 #define EXTRA_EXECUTOR_IDLE_MS 10000
-
-Oid			VqMyDatabase = InvalidOid;
-int			VqMyExecutorIndex = 0;
-VqDatabaseSlot *VqMyDatabaseSlot = NULL;
-VqExecutorSlot *VqMyExecutorSlot = NULL;
 
 static MemoryContext cycle_context = NULL;
 

@@ -24,12 +24,11 @@
 #include "utils/hsearch.h"
 #include "utils/timeout.h"
 
-#include "run/dispatch.h"
-#include "executors/executor.h"
-#include "executors/pool.h"
-#include "main/shmem.h"
-#include "main/limits.h"
 #include "main/guc.h"
+#include "main/limits.h"
+#include "main/shmem.h"
+#include "run/dispatch.h"
+#include "executors/pool.h"
 
 /* A visible job of a handler not known to be slow asks for executors once it has run this long. */
 #define ASK_AFTER_MS 100

@@ -59,8 +59,8 @@
 #include "utils/rel.h"
 #include "utils/wait_event.h"
 
-#include "executors/restore.h"
 #include "state/wakeup.h"
+#include "executors/restore.h"
 
 PG_FUNCTION_INFO_V1(vq_loading_rows);
 

@@ -19,9 +19,9 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-#include "executors/retention.h"
-#include "util/spi_util.h"
 #include "main/guc.h"
+#include "util/spi_util.h"
+#include "executors/retention.h"
 
 #define RETENTION_BATCH 1000
 #define RETENTION_BUDGET_MS 500

@@ -25,13 +25,12 @@
 #include "storage/lwlock.h"
 #include "utils/guc.h"
 
-#include "executors/executor.h"
-#include "run/livelog.h"
-#include "state/outcome.h"
-#include "executors/saver.h"
-#include "run/settings.h"
 #include "main/shmem.h"
 #include "util/spi_util.h"
+#include "state/outcome.h"
+#include "run/livelog.h"
+#include "run/settings.h"
+#include "executors/saver.h"
 
 PGDLLEXPORT void vq_saver_main(Datum arg);
 

@@ -32,13 +32,13 @@
 #include "utils/syscache.h"
 
 #include "main/compat.h"
-#include "launcher/guard.h"
-#include "launcher/rolejobs.h"
-#include "run/session.h"
-#include "launcher/launcher.h"
 #include "state/prepared.h"
-#include "executors/restore.h"
 #include "state/wakeup.h"
+#include "run/session.h"
+#include "executors/restore.h"
+#include "launcher/guard.h"
+#include "launcher/launcher.h"
+#include "launcher/rolejobs.h"
 
 static ProcessUtility_hook_type prev_process_utility = NULL;
 

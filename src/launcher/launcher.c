@@ -52,12 +52,12 @@
 #include "utils/varlena.h"
 #include "utils/wait_event.h"
 
-#include "claim/claimpos.h"
-#include "launcher/launcher.h"
-#include "executors/saver.h"
-#include "main/shmem.h"
 #include "main/guc.h"
+#include "main/shmem.h"
+#include "claim/claimpos.h"
 #include "state/wakeup.h"
+#include "executors/saver.h"
+#include "launcher/launcher.h"
 
 PGDLLEXPORT void vq_launcher_main(Datum arg);
 

@@ -28,10 +28,10 @@
 #include "nodes/parsenodes.h"
 #include "utils/acl.h"
 
-#include "cache/registry.h"
-#include "launcher/rolejobs.h"
-#include "run/roles.h"
 #include "util/spi_util.h"
+#include "cache/registry.h"
+#include "run/roles.h"
+#include "launcher/rolejobs.h"
 
 /* How many unfinished jobs and undelivered outbox rows a role has in this database. */
 static void

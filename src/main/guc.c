@@ -9,7 +9,7 @@
 #include "utils/varlena.h"
 
 #include "main/guc.h"
-#include "main/shmem.h"
+#include "main/limits.h"
 
 int			vq_execution_timeout_ms = 300000;
 int			vq_notify_take_timeout_ms = 5000;

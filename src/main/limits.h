@@ -14,4 +14,10 @@
 #define VQ_DEFAULT_PRIORITY 0
 #define VQ_DEFAULT_MAX_ATTEMPTS 3
 
+/*
+ * Most executor processes one database can have: the vq.executors_per_database
+ * that always run, and those started on demand (see VqExecutorSlot.running_visible).
+ */
+#define VQ_MAX_EXECUTORS 64
+
 #endif							/* VQ_LIMITS_H */

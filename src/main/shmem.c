@@ -10,10 +10,15 @@
 #include "storage/ipc.h"
 #include "storage/shmem.h"
 
-#include "main/shmem.h"
 #include "main/guc.h"
+#include "main/shmem.h"
 
 VqSharedState *VqShared = NULL;
+
+Oid			VqMyDatabase = InvalidOid;
+int			VqMyExecutorIndex = 0;
+VqDatabaseSlot *VqMyDatabaseSlot = NULL;
+VqExecutorSlot *VqMyExecutorSlot = NULL;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;

@@ -60,12 +60,6 @@
 /* "Nothing known to be due": the next-due value when no future job is known. */
 #define VQ_NO_NEXT_DUE PG_INT64_MAX
 
-/*
- * Most executor processes one database can have: the vq.executors_per_database
- * that always run, and those started on demand (see VqExecutorSlot.running_visible).
- */
-#define VQ_MAX_EXECUTORS 64
-
 typedef enum VqDatabaseState
 {
 	VQ_DB_FREE = 0,				/* slot unused */
@@ -292,6 +286,16 @@ typedef struct VqSharedState
 } VqSharedState;
 
 extern VqSharedState *VqShared;
+
+/*
+ * This process's database and its entries in shared memory: set once at
+ * start by an executor (all four) and by the saver (the database and its
+ * slot); InvalidOid and NULL in every other process.
+ */
+extern Oid	VqMyDatabase;
+extern int	VqMyExecutorIndex;
+extern VqDatabaseSlot *VqMyDatabaseSlot;
+extern VqExecutorSlot *VqMyExecutorSlot;
 
 /* Register the shared-memory request and startup hooks (from _PG_init). */
 extern void VqShmemInit(void);

@@ -41,15 +41,15 @@
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
+#include "main/checks.h"
+#include "main/shmem.h"
+#include "util/spi_util.h"
+#include "cache/funccache.h"
+#include "cache/registry.h"
 #include "run/callbacks.h"
 #include "run/deferred.h"
 #include "run/dispatch.h"
-#include "executors/executor.h"
-#include "cache/funccache.h"
-#include "cache/registry.h"
 #include "run/roles.h"
-#include "util/spi_util.h"
-#include "main/checks.h"
 
 /* Do callbacks run here, inline, in the transaction of what they see? */
 bool

@@ -31,8 +31,8 @@
 #include "utils/json.h"
 #include "utils/memutils.h"
 
-#include "run/context.h"
 #include "main/errcodes.h"
+#include "run/context.h"
 
 PG_FUNCTION_INFO_V1(vq_context_set);
 PG_FUNCTION_INFO_V1(vq_context_clear);

@@ -29,12 +29,12 @@
 #include "utils/builtins.h"
 #include "utils/regproc.h"
 
+#include "util/spi_util.h"
+#include "cache/registry.h"
+#include "state/wakeup.h"
 #include "run/callbacks.h"
 #include "run/deferred.h"
-#include "cache/registry.h"
 #include "run/roles.h"
-#include "util/spi_util.h"
-#include "state/wakeup.h"
 
 /* The OID of a type of schema vq (looked up once per backend). */
 static Oid

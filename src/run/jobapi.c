@@ -29,16 +29,16 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "executors/executor.h"
-#include "run/jobapi.h"
-#include "run/livelog.h"
-#include "state/outcome.h"
-#include "cache/registry.h"
-#include "run/roles.h"
-#include "util/spi_util.h"
+#include "main/checks.h"
 #include "main/errcodes.h"
 #include "main/guc.h"
-#include "main/checks.h"
+#include "main/shmem.h"
+#include "util/spi_util.h"
+#include "cache/registry.h"
+#include "state/outcome.h"
+#include "run/jobapi.h"
+#include "run/livelog.h"
+#include "run/roles.h"
 
 PG_FUNCTION_INFO_V1(vq_log);
 PG_FUNCTION_INFO_V1(vq_progress_set_total);

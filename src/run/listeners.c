@@ -27,11 +27,11 @@
 #include "executor/spi.h"
 #include "utils/builtins.h"
 
+#include "util/spi_util.h"
+#include "cache/registry.h"
 #include "run/callbacks.h"
 #include "run/deferred.h"
-#include "cache/registry.h"
 #include "run/roles.h"
-#include "util/spi_util.h"
 
 PG_FUNCTION_INFO_V1(vq_transition_listeners_exist);
 PG_FUNCTION_INFO_V1(vq_transition_recorded);

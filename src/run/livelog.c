@@ -27,10 +27,9 @@
 #include "storage/lwlock.h"
 #include "utils/jsonb.h"
 
-#include "executors/executor.h"
+#include "main/shmem.h"
 #include "run/jobapi.h"
 #include "run/livelog.h"
-#include "main/shmem.h"
 
 /* One line in a live log: this header, the message bytes, the fields' jsonb bytes. */
 typedef struct LiveLine

@@ -15,10 +15,10 @@
 #include "catalog/namespace.h"
 #include "utils/guc.h"
 
+#include "main/guc.h"
 #include "run/roles.h"
 #include "run/session.h"
 #include "run/settings.h"
-#include "main/guc.h"
 
 /* Switch to userid, keeping the security context bits we had and adding extra ones. */
 static void

@@ -54,9 +54,9 @@
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
+#include "main/guc.h"
 #include "run/roles.h"
 #include "run/settings.h"
-#include "main/guc.h"
 
 /* A setting a worker pins; for_user_code: user code gets its role's value instead. */
 typedef struct Pin

@@ -26,14 +26,14 @@
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
+#include "main/checks.h"
+#include "main/guc.h"
+#include "main/shmem.h"
 #include "util/backoff.h"
-#include "api/enqueue.h"
-#include "executors/executor.h"
+#include "util/spi_util.h"
 #include "state/outcome.h"
 #include "state/wakeup.h"
-#include "util/spi_util.h"
-#include "main/guc.h"
-#include "main/checks.h"
+#include "api/enqueue.h"
 
 static SPIPlanPtr completed_plan = NULL;
 static SPIPlanPtr retry_plan = NULL;

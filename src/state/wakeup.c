@@ -23,17 +23,17 @@
  */
 #include "postgres.h"
 
-#include "main/limits.h"
 #include "access/xact.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "utils/resowner.h"
 
-#include "claim/claimpos.h"
-#include "launcher/launcher.h"
-#include "state/prepared.h"
+#include "main/limits.h"
 #include "main/shmem.h"
+#include "claim/claimpos.h"
+#include "state/prepared.h"
 #include "state/wakeup.h"
+#include "launcher/launcher.h"
 
 PG_FUNCTION_INFO_V1(vq_wake_executors);
 PG_FUNCTION_INFO_V1(vq_launcher_wakeup);

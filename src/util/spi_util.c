@@ -13,9 +13,9 @@
 #include "utils/resowner.h"
 #include "utils/snapmgr.h"
 
-#include "run/dispatch.h"
-#include "executors/executor.h"
+#include "main/shmem.h"
 #include "util/spi_util.h"
+#include "run/dispatch.h"
 
 /* Prepare a plan with the given cursor options the first time (into *plan) and keep it. */
 static SPIPlanPtr
