@@ -40,7 +40,6 @@
 #include "run/callbacks.h"
 #include "run/roles.h"
 #include "api/consumer.h"
-#include "api/enqueue.h"
 
 PG_FUNCTION_INFO_V1(vq_complete);
 PG_FUNCTION_INFO_V1(vq_fail);

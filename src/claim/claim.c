@@ -37,12 +37,11 @@
 #include "main/job.h"
 #include "main/limits.h"
 #include "main/shmem.h"
+#include "main/wake.h"
 #include "util/spi_util.h"
 #include "claim/claim.h"
 #include "claim/claimpos.h"
 #include "claim/inflight.h"
-#include "state/outcome.h"
-#include "state/wakeup.h"
 
 /* Local polling schedule of one queue. */
 typedef struct QueuePoll
@@ -496,7 +495,7 @@ VisitOrder(bool use_hint, QueuePoll ***order_out)
 	int			nqueues = hash_get_num_entries(queue_polls);
 	QueuePoll **order = palloc(sizeof(QueuePoll *) * Max(nqueues, 1));
 	QueuePoll **rotated = palloc(sizeof(QueuePoll *) * Max(nqueues, 1));
-	uint32		hint = use_hint ? pg_atomic_exchange_u32(&VqMyDatabaseSlot->due_queue_hint, 0) : 0;
+	uint32		hint = use_hint ? VqTakeDueQueueHint(VqMyDatabaseSlot) : 0;
 	HASH_SEQ_STATUS seq;
 	QueuePoll  *p;
 	int			i = 0;

@@ -61,6 +61,13 @@ FindNotifyBound(VqDatabaseSlot *slot, const char *queue, bool create)
 }
 
 
+/* A database takes the slot: no bound carries over (caller holds the slot's lock exclusively). */
+void
+VqNotifyBoundsForget(VqDatabaseSlot *slot)
+{
+	memset(slot->notify_bounds, 0, sizeof(slot->notify_bounds));
+}
+
 /* The bound of a queue (see inflight.h). */
 int
 VqNotifyBoundLocked(VqDatabaseSlot *slot, const char *queue)

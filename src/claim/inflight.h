@@ -14,6 +14,9 @@
 /* The bound of a queue's NOTIFY jobs in flight, or -1 when none is known (caller holds the slot's lock). */
 extern int	VqNotifyBoundLocked(VqDatabaseSlot *slot, const char *queue);
 
+/* The launcher: a database takes the slot, with no bounds (caller holds the slot's lock exclusively). */
+extern void VqNotifyBoundsForget(VqDatabaseSlot *slot);
+
 /*
  * Executors: count a queue's NOTIFY jobs in flight in the table (those that
  * hold capacity), and make the count the queue's new bound.

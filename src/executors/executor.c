@@ -69,7 +69,9 @@
 #include "utils/wait_event.h"
 
 #include "main/guc.h"
+#include "main/requests.h"
 #include "main/shmem.h"
+#include "main/wake.h"
 #include "util/spi_util.h"
 #include "claim/claim.h"
 #include "claim/claimpos.h"
@@ -90,7 +92,6 @@
 #include "executors/pool.h"
 #include "executors/restore.h"
 #include "executors/retention.h"
-#include "launcher/launcher.h"
 
 PGDLLEXPORT void vq_executor_main(Datum arg);
 
@@ -483,7 +484,6 @@ static void
 LookAtDueTimes(VqRegistry *registry, TimestampTz now)
 {
 	TimestampTz next_due = (TimestampTz) pg_atomic_read_u64(&VqMyDatabaseSlot->next_due);
-	uint64		cur = (uint64) next_due;
 	TimestampTz next;
 
 	if (next_due > now && startup_due_checked)
@@ -492,9 +492,7 @@ LookAtDueTimes(VqRegistry *registry, TimestampTz now)
 	relay_next_poll = now;		/* an outbox row's scheduled_at or retry time may be the one */
 	next = Min(VqEarliestFutureDue(registry, now), VqRelayNextDue(now));
 	/* replace the passed value (or lower a later one a committing enqueue set meanwhile) */
-	while (((int64) cur <= now || (int64) cur > next) &&
-		   !pg_atomic_compare_exchange_u64(&VqMyDatabaseSlot->next_due, &cur, (uint64) next))
-		;
+	VqReplaceNextDue(VqMyDatabaseSlot, next, now);
 	startup_due_checked = true;
 }
 

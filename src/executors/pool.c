@@ -26,6 +26,7 @@
 
 #include "main/guc.h"
 #include "main/limits.h"
+#include "main/requests.h"
 #include "main/shmem.h"
 #include "run/dispatch.h"
 #include "executors/pool.h"
@@ -98,6 +99,14 @@ VqNoteDuration(const char *handler, int64 duration_us)
 						((uint64) hash << 32) | (uint32) Min(t->avg_us, (double) PG_UINT32_MAX));
 }
 
+/* A database takes the slot: what the one before learnt of its handlers does not carry over (slot lock held). */
+void
+VqHandlerTimingsForget(VqDatabaseSlot *slot)
+{
+	for (int i = 0; i < VQ_HANDLER_TIMINGS; i++)
+		pg_atomic_write_u64(&slot->handler_timings[i], 0);
+}
+
 /* Function jobs from index first on whose handlers are not known to be fast. */
 int
 VqCountSlow(List *jobs, int first)
@@ -130,7 +139,6 @@ AskForExecutors(void)
 {
 	int			idle = 0;
 	int			want;
-	uint32		cur;
 
 	for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
 	{
@@ -142,13 +150,7 @@ AskForExecutors(void)
 	want = slow_waiting + 1 - idle;
 	if (want <= 0)
 		return;
-	/* the largest want since the launcher last looked: executors asking at once see the same jobs */
-	cur = pg_atomic_read_u32(&VqMyDatabaseSlot->executors_wanted);
-	while (cur < (uint32) want &&
-		   !pg_atomic_compare_exchange_u32(&VqMyDatabaseSlot->executors_wanted, &cur, (uint32) want))
-		;
-	if (VqShared->launcher_latch != NULL)
-		SetLatch(VqShared->launcher_latch);
+	VqAskForExecutors(VqMyDatabaseSlot, want);
 }
 
 /* ASK_AFTER_MS into the visible job of a handler not known to be slow: is its code still running? */

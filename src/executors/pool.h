@@ -10,6 +10,7 @@
 #include "nodes/pg_list.h"
 
 #include "main/job.h"
+#include "main/shmem.h"
 
 /* Set up the handler timings and the timeout that asks for executors (once per executor). */
 extern void VqPoolInit(void);
@@ -19,6 +20,9 @@ extern bool VqRunsInline(const char *handler);
 
 /* Remember how long a handler took, here and for the database's other executors. */
 extern void VqNoteDuration(const char *handler, int64 duration_us);
+
+/* The launcher: a database takes the slot, with no handler timings (caller holds the slot's lock exclusively). */
+extern void VqHandlerTimingsForget(VqDatabaseSlot *slot);
 
 /* Function jobs of the list, from index first on, whose handlers are not known to be fast. */
 extern int	VqCountSlow(List *jobs, int first);

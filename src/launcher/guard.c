@@ -32,12 +32,12 @@
 #include "utils/syscache.h"
 
 #include "main/compat.h"
+#include "main/requests.h"
 #include "state/prepared.h"
 #include "state/wakeup.h"
 #include "run/session.h"
 #include "executors/restore.h"
 #include "launcher/guard.h"
-#include "launcher/launcher.h"
 #include "launcher/rolejobs.h"
 
 static ProcessUtility_hook_type prev_process_utility = NULL;

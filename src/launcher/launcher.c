@@ -53,9 +53,12 @@
 #include "utils/wait_event.h"
 
 #include "main/guc.h"
+#include "main/requests.h"
 #include "main/shmem.h"
+#include "main/wake.h"
 #include "claim/claimpos.h"
-#include "state/wakeup.h"
+#include "claim/inflight.h"
+#include "executors/pool.h"
 #include "executors/saver.h"
 #include "launcher/launcher.h"
 
@@ -67,8 +70,6 @@ PGDLLEXPORT void vq_launcher_main(Datum arg);
 #define PROBE_INTERVAL_MS 100
 /* Least time between two starts of the same executor. */
 #define RESTART_INTERVAL_MS 1000
-/* How long a stop request keeps a database's executors stopped, and how long its sender waits. */
-#define STOP_WAIT_MS 10000
 /* After the grace, how long a cancelled handler has before its executor is told to die. */
 #define SHUTDOWN_DIE_AFTER_MS 2000
 /* A WARNING that would repeat (a resource is full, retried every second) is logged at most this often per cause. */
@@ -322,14 +323,12 @@ AssignSlot(LauncherDatabase *db, TimestampTz now)
 		slot->dboid = db->dboid;
 		slot->state = VQ_DB_STARTING;
 		slot->state_since = now;
-		memset(&slot->request, 0, sizeof(VqLauncherRequest));
+		/* what another database (or this one, before) asked for and learnt does not carry over */
+		VqRequestsReset(slot);
 		/* commits made while the database had no slot lowered nothing: learn positions afresh */
 		VqClaimPositionsForget(slot);
-		memset(slot->notify_bounds, 0, sizeof(slot->notify_bounds));
-		/* what another database (or this one, before) asked for and learnt does not carry over */
-		pg_atomic_write_u32(&slot->executors_wanted, 0);
-		for (int i = 0; i < VQ_HANDLER_TIMINGS; i++)
-			pg_atomic_write_u64(&slot->handler_timings[i], 0);
+		VqNotifyBoundsForget(slot);
+		VqHandlerTimingsForget(slot);
 		LWLockRelease(slot->lock);
 	}
 	LWLockRelease(VqShared->lock);
@@ -358,7 +357,7 @@ ApplyReports(VqDatabaseSlot *slot, LauncherDatabase *db, TimestampTz now)
 			 (!current || TimestampDifferenceExceeds(slot->state_since, now, NO_EXTENSION_RECHECK_MS)))
 	{
 		state = VQ_DB_STARTING;
-		r->extension = VQ_EXT_NOT_LOOKED;
+		VqForgetExtensionReport(slot);
 		db->last_start[0] = 0;	/* executor 0 exited normally: restarting it now is no crash loop */
 	}
 	if (state != slot->state)
@@ -515,7 +514,7 @@ StartWantedExecutors(int base)
 	hash_seq_init(&seq, launcher_databases);
 	while ((db = hash_seq_search(&seq)) != NULL)
 	{
-		db->wanted = db->pass_slot ? (int) pg_atomic_exchange_u32(&db->pass_slot->executors_wanted, 0) : 0;
+		db->wanted = db->pass_slot ? VqTakeExecutorsWanted(db->pass_slot) : 0;
 		db->next_extra = base;
 	}
 	while (started > 0)
@@ -1061,76 +1060,6 @@ vq_launcher_main(Datum arg)
 	}
 	ShutDownExecutors();
 	proc_exit(0);
-}
-
-static void
-SetStopUntil(VqDatabaseSlot *slot, void *arg)
-{
-	slot->request.stop_until = *(TimestampTz *) arg;
-}
-
-/* Count the processes connected to the slot's database for vq_job: its executors and its saver. */
-static void
-CountAttached(VqDatabaseSlot *slot, void *arg)
-{
-	for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
-		*(int *) arg += slot->executors[i].pid != 0;
-	*(int *) arg += slot->saver_pid != 0;
-}
-
-/*
- * Ask the launcher to stop a database's executors and keep them stopped for
- * STOP_WAIT_MS; wait (as long, at most) until they have exited.
- */
-void
-VqRequestStop(Oid dboid)
-{
-	TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), STOP_WAIT_MS);
-
-	if (VqShared == NULL || !OidIsValid(dboid))
-		return;
-	(void) VqWithDatabaseSlot(dboid, LW_EXCLUSIVE, SetStopUntil, &until);
-	VqWakeLauncher();
-	for (;;)
-	{
-		int			attached = 0;
-
-		(void) VqWithDatabaseSlot(dboid, LW_SHARED, CountAttached, &attached);
-		if (attached == 0 || GetCurrentTimestamp() >= until)
-			break;
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 20, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
-	}
-}
-
-/* Lift a stop request (InvalidOid: none), and have the launcher look around. */
-void
-VqRequestResume(Oid dboid)
-{
-	TimestampTz none = 0;
-
-	if (VqShared == NULL)
-		return;
-	if (OidIsValid(dboid))
-		(void) VqWithDatabaseSlot(dboid, LW_EXCLUSIVE, SetStopUntil, &none);
-	VqWakeLauncher();
-}
-
-/* An executor tells the launcher whether it found the extension (see launcher.h). */
-void
-VqReportExtension(VqDatabaseSlot *slot, VqExtensionFound found, uint64 seen_at)
-{
-	bool		news;
-
-	LWLockAcquire(slot->lock, LW_EXCLUSIVE);
-	news = slot->request.extension != found || slot->request.extension_seen_at != seen_at ||
-		(found == VQ_EXT_PRESENT && slot->state != VQ_DB_ACTIVE);
-	slot->request.extension = found;
-	slot->request.extension_seen_at = seen_at;
-	LWLockRelease(slot->lock);
-	if (news)
-		VqWakeLauncher();
 }
 
 /* Register the launcher (from _PG_init). */

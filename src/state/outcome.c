@@ -33,7 +33,6 @@
 #include "util/spi_util.h"
 #include "state/outcome.h"
 #include "state/wakeup.h"
-#include "api/enqueue.h"
 
 static SPIPlanPtr completed_plan = NULL;
 static SPIPlanPtr retry_plan = NULL;

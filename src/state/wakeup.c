@@ -1,9 +1,10 @@
 /*
- * wakeup.c: the one way vq_job wakes its processes.
+ * wakeup.c: what a transaction makes due, acted on at its commit.
  *
  * A transaction notes what it made due (a job now or at a future time,
  * outbox rows, the extension created or dropped); when it commits, one
- * callback moves the database slot's counters and sets latches. Nothing
+ * callback lowers the claim positions it must and wakes the executors
+ * (main/wake.c moves the slot's counters and sets latches). Nothing
  * happens on abort; PREPARE TRANSACTION hands the notes to prepared.c, which
  * acts on them when COMMIT PREPARED succeeds. The enqueuing transaction takes
  * no NOTIFY lock, so enqueue keeps INSERT speed.
@@ -13,13 +14,6 @@
  * invalidations (a REVOKE, a replaced handler) between the two, and a worker
  * woken earlier could claim the job and still see the old catalog. Locks are
  * released by then too, so a woken worker never waits on ours.
- *
- * Waking one executor is enough: the counters it reads tell it what changed,
- * an executor that claims a full batch wakes the next one, and a busy
- * executor reads the counters before it sleeps again. An executor announces
- * that it sleeps, issues a barrier, then rereads the counters; a waker moves
- * a counter (an atomic with a full barrier), then looks for sleepers: one of
- * the two sees the other, so no wake-up is lost.
  */
 #include "postgres.h"
 
@@ -29,11 +23,12 @@
 #include "utils/resowner.h"
 
 #include "main/limits.h"
+#include "main/requests.h"
 #include "main/shmem.h"
+#include "main/wake.h"
 #include "claim/claimpos.h"
 #include "state/prepared.h"
 #include "state/wakeup.h"
-#include "launcher/launcher.h"
 
 PG_FUNCTION_INFO_V1(vq_wake_executors);
 PG_FUNCTION_INFO_V1(vq_launcher_wakeup);
@@ -81,107 +76,6 @@ ForgetNotes(void)
 	resume_database = InvalidOid;
 }
 
-/* Set the latch of one sleeping executor of the slot (caller holds the slot's lock). */
-static void
-WakeOneExecutor(VqDatabaseSlot *slot)
-{
-	for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
-	{
-		VqExecutorSlot *e = &slot->executors[i];
-
-		if (e->pid != 0 && e->latch != NULL && pg_atomic_read_u32(&e->sleeping))
-		{
-			SetLatch(e->latch);
-			return;
-		}
-	}
-}
-
-/* What a wake-up tells a database's executors. */
-typedef struct WakeUp
-{
-	bool		due_now;		/* work is due now (else at next_due) */
-	TimestampTz next_due;
-	uint32		queue_hint;		/* VqNameHash of the queue with the work (0: unknown) */
-	bool		relay;			/* outbox rows are due now */
-	bool		callbacks;		/* callbacks were queued for an executor (deferred.c) */
-	bool		extension_changed;	/* vq_job was created or dropped */
-} WakeUp;
-
-/* Lower the slot's next-due time to t, replacing a value that has already passed. */
-static void
-LowerNextDue(VqDatabaseSlot *slot, TimestampTz t)
-{
-	uint64		cur = pg_atomic_read_u64(&slot->next_due);
-	TimestampTz now = GetCurrentTimestamp();
-
-	while (((int64) cur > t || (int64) cur <= now) &&
-		   !pg_atomic_compare_exchange_u64(&slot->next_due, &cur, (uint64) t))
-		;
-}
-
-/*
- * Move the slot's counters as the wake-up says, then set the latch of one
- * sleeping executor (of every executor when the extension changed: each
- * must look).
- */
-static void
-WakeSlot(VqDatabaseSlot *slot, void *arg)
-{
-	WakeUp	   *w = arg;
-
-	if (w->extension_changed)
-	{
-		pg_atomic_fetch_add_u64(&slot->extension_generation, 1);
-		VqClaimPositionsForget(slot);	/* (the slot's lock is held exclusively for this one) */
-	}
-	else if (w->relay)
-		pg_atomic_fetch_add_u64(&slot->relay_wake_count, 1);
-	else if (w->callbacks)
-		pg_atomic_fetch_add_u64(&slot->callback_wake_count, 1);
-	else if (w->due_now)
-	{
-		if (w->queue_hint != 0)
-			pg_atomic_write_u32(&slot->due_queue_hint, w->queue_hint);
-		pg_atomic_fetch_add_u64(&slot->wake_count, 1);
-	}
-	else
-		LowerNextDue(slot, w->next_due);
-
-	if (!w->extension_changed)
-		WakeOneExecutor(slot);
-	else
-		for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
-			if (slot->executors[i].pid != 0 && slot->executors[i].latch != NULL)
-				SetLatch(slot->executors[i].latch);
-}
-
-/*
- * Tell the executors of a database that work is due now (the wake counter)
- * or at next_due (the slot's next-due time), and set the latch of one that
- * sleeps. A database without running executors has nothing to wake: they
- * poll everything when they start.
- */
-void
-VqWakeExecutors(Oid dboid, bool due_now, TimestampTz next_due, uint32 queue_hint)
-{
-	WakeUp		w = {.due_now = due_now, .next_due = next_due, .queue_hint = queue_hint};
-
-	(void) VqWithDatabaseSlot(dboid, LW_SHARED, WakeSlot, &w);
-}
-
-/* Wake the launcher. */
-void
-VqWakeLauncher(void)
-{
-	if (VqShared == NULL)
-		return;
-	LWLockAcquire(VqShared->lock, LW_SHARED);
-	if (VqShared->launcher_latch != NULL)
-		SetLatch(VqShared->launcher_latch);
-	LWLockRelease(VqShared->lock);
-}
-
 /* Lower (or forget) the claim positions as this transaction's notes say (slot lock held). */
 static void
 LowerPositions(VqDatabaseSlot *slot, void *arg)
@@ -194,6 +88,14 @@ LowerPositions(VqDatabaseSlot *slot, void *arg)
 								 noted_levels[i].scheduled_at);
 	if (relay_low_id_at_commit != PG_INT64_MAX)
 		VqRelayPositionLower(slot, relay_low_id_at_commit);
+}
+
+/* vq_job was created or dropped here: the positions go, every executor looks (slot lock held exclusively). */
+static void
+ExtensionChanged(VqDatabaseSlot *slot, void *arg)
+{
+	VqClaimPositionsForget(slot);
+	VqWakeOnExtensionChangeLocked(slot);
 }
 
 /* End of a top-level transaction (after its locks are released): act on what it noted. */
@@ -212,15 +114,14 @@ WakeupReleaseCallback(ResourceReleasePhase phase, bool isCommit, bool isTopLevel
 		if (next_due_at_commit != VQ_NO_NEXT_DUE)
 			VqWakeExecutors(MyDatabaseId, false, next_due_at_commit, 0);
 		if (relay_at_commit)
-			(void) VqWithDatabaseSlot(MyDatabaseId, LW_SHARED, WakeSlot, &(WakeUp) {.relay = true});
+			VqWakeRelay(MyDatabaseId);
 		if (callbacks_at_commit)
-			(void) VqWithDatabaseSlot(MyDatabaseId, LW_SHARED, WakeSlot, &(WakeUp) {.callbacks = true});
+			VqWakeForCallbacks(MyDatabaseId);
 		if (extension_changed_at_commit)
 		{
-			(void) VqWithDatabaseSlot(MyDatabaseId, LW_EXCLUSIVE, WakeSlot, &(WakeUp) {.extension_changed = true});
+			(void) VqWithDatabaseSlot(MyDatabaseId, LW_EXCLUSIVE, ExtensionChanged, NULL);
 			/* (a database without the extension has no slot: this tells the launcher to look) */
-			pg_atomic_fetch_add_u64(&VqShared->extension_changes, 1);
-			VqWakeLauncher();
+			VqWakeLauncherOnExtensionChange();
 		}
 	}
 	if (resume_at_end)
@@ -481,12 +382,7 @@ static void
 WakeAllForRestore(VqDatabaseSlot *slot, void *arg)
 {
 	VqClaimPositionsForget(slot);	/* (the slot's lock is held exclusively) */
-	LowerNextDue(slot, GetCurrentTimestamp());
-	pg_atomic_fetch_add_u64(&slot->relay_wake_count, 1);
-	pg_atomic_fetch_add_u64(&slot->wake_count, 1);
-	for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
-		if (slot->executors[i].pid != 0 && slot->executors[i].latch != NULL)
-			SetLatch(slot->executors[i].latch);
+	VqWakeForEverythingLocked(slot);
 }
 
 /* A restore into this database ended (see wakeup.h). */
@@ -494,22 +390,4 @@ void
 VqWakeAfterRestore(Oid dboid)
 {
 	(void) VqWithDatabaseSlot(dboid, LW_EXCLUSIVE, WakeAllForRestore, NULL);
-}
-
-/* Set the latch of every executor of every database (the launcher, when the server turns read-only). */
-void
-VqWakeAllExecutors(void)
-{
-	LWLockAcquire(VqShared->lock, LW_SHARED);
-	for (int s = 0; s < VqShared->nslots; s++)
-	{
-		VqDatabaseSlot *slot = &VqShared->slots[s];
-
-		LWLockAcquire(slot->lock, LW_SHARED);
-		for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
-			if (slot->executors[i].pid != 0 && slot->executors[i].latch != NULL)
-				SetLatch(slot->executors[i].latch);
-		LWLockRelease(slot->lock);
-	}
-	LWLockRelease(VqShared->lock);
 }

@@ -1,6 +1,7 @@
 /*
- * wakeup.h: the one way vq_job wakes its processes: executors when work was
- * committed, the launcher when a database needs attention.
+ * wakeup.h: what a transaction makes due (jobs, outbox rows, callbacks, the
+ * extension itself), acted on when it commits: the claim positions are
+ * lowered and the executors woken (main/wake.h wakes them).
  */
 #ifndef VQ_WAKEUP_H
 #define VQ_WAKEUP_H
@@ -47,12 +48,6 @@ extern void VqWakeOnExtensionChangeAtCommit(void);
  */
 extern void VqResumeDatabaseAtEnd(Oid dboid);
 
-/* Now: tell the executors of a database that work is due now, or at next_due. */
-extern void VqWakeExecutors(Oid dboid, bool due_now, TimestampTz next_due, uint32 queue_hint);
-
-/* Now: wake the launcher. */
-extern void VqWakeLauncher(void);
-
 /* Claim levels a prepared transaction's notes keep (with more, its commit forgets every position). */
 #define VQ_PREPARED_LEVELS 4
 
@@ -92,8 +87,5 @@ extern void VqLookAtEverythingAtCommit(void);
 
 /* Now: a restore into this database ended: its executors forget their positions and look at everything. */
 extern void VqWakeAfterRestore(Oid dboid);
-
-/* Now: set the latch of every executor of every database (the launcher: each must look at VqShared). */
-extern void VqWakeAllExecutors(void);
 
 #endif							/* VQ_WAKEUP_H */
