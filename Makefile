@@ -2,21 +2,7 @@
 EXTENSION    = vq_job
 EXTVERSION   = 0.1.0
 MODULE_big   = vq_job
-OBJS         = src/vq_job.o \
-               src/main/shmem.o \
-               src/util/backoff.o src/util/spi_util.o \
-               src/cache/funccache.o src/cache/registry.o \
-               src/claim/claim.o src/claim/claimpos.o src/claim/inflight.o src/claim/pullpos.o \
-               src/state/outcome.o src/state/prepared.o src/state/wakeup.o \
-               src/run/callbacks.o src/run/context.o src/run/deferred.o src/run/dispatch.o \
-               src/run/jobapi.o src/run/listeners.o src/run/livelog.o src/run/roles.o \
-               src/run/session.o src/run/settings.o \
-               src/api/consumer.o src/api/enqueue.o src/api/outbox.o src/api/relay.o \
-               src/api/resolve.o \
-               src/executors/compact.o src/executors/executor.o src/executors/jobvacuum.o \
-               src/executors/pool.o src/executors/restore.o src/executors/retention.o \
-               src/executors/saver.o \
-               src/launcher/guard.o src/launcher/launcher.o src/launcher/rolejobs.o
+OBJS         = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c src/*/*.c)))
 DATA         = $(wildcard sql/vq_job--*.sql)
 PG_CONFIG   ?= pg_config
 

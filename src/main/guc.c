@@ -4,6 +4,8 @@
  */
 #include "postgres.h"
 
+#include <limits.h>
+
 #include "postmaster/postmaster.h"
 #include "utils/guc.h"
 #include "utils/varlena.h"
