@@ -16,7 +16,8 @@
  *
  * The hook also passes statements on: to session.c and rolejobs.c, a COPY
  * into vq_job's tables to restore.c (a restore), and PREPARE TRANSACTION /
- * COMMIT PREPARED / ROLLBACK PREPARED to prepared.c.
+ * COMMIT PREPARED / ROLLBACK PREPARED to wakeup.c (which keeps the notes of
+ * a prepared transaction in prepared.c).
  */
 #include "postgres.h"
 
@@ -33,7 +34,6 @@
 
 #include "main/compat.h"
 #include "main/requests.h"
-#include "state/prepared.h"
 #include "state/wakeup.h"
 #include "run/session.h"
 #include "executors/restore.h"
@@ -178,7 +178,7 @@ VqProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 	VqCheckDropRole(stmt);
 	VqRestoreNoteStatement(stmt);
 	if (IsA(stmt, TransactionStmt))
-		VqPreparedStatementBegins((TransactionStmt *) stmt);
+		VqWakeupTransactionBegins((TransactionStmt *) stmt);
 	if (OidIsValid(dboid))
 		VqRequestStop(dboid);
 	if (DropsThisExtension(stmt))
@@ -198,7 +198,7 @@ VqProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context, params, queryEnv, dest, qc);
 	/* (COMMIT PREPARED: committed, its invalidations sent and its locks released by now) */
 	if (IsA(stmt, TransactionStmt))
-		VqPreparedStatementDone((TransactionStmt *) stmt);
+		VqWakeupTransactionDone((TransactionStmt *) stmt);
 }
 
 /* Install the utility hook (from _PG_init). */

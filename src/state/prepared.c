@@ -8,8 +8,8 @@
  * maybe in another session: without its notes the executors would not look
  * for its jobs until something else made them (a job at a level they do not
  * know, never). So PREPARE TRANSACTION hands its notes to a shared table,
- * keyed by the GID, and the utility hook acts on them once it has seen COMMIT
- * PREPARED succeed; ROLLBACK PREPARED drops them and wakes nothing.
+ * keyed by the GID, and wakeup.c acts on them once the utility hook has seen
+ * COMMIT PREPARED succeed; ROLLBACK PREPARED drops them and wakes nothing.
  *
  * The table has room for max_prepared_transactions entries, as many as there
  * can be prepared transactions, and an entry whose transaction is no longer
@@ -37,7 +37,6 @@
 #include "storage/shmem.h"
 
 #include "state/prepared.h"
-#include "state/wakeup.h"
 
 /* One prepared transaction's notes. */
 typedef struct PreparedEntry
@@ -120,19 +119,16 @@ PreparedXactCallback(XactEvent event, void *arg)
 		preparing_gid[0] = '\0';
 }
 
-/* The utility hook is about to run a transaction statement (see prepared.h). */
+/* The utility hook is about to run PREPARE TRANSACTION gid (see prepared.h). */
 void
-VqPreparedStatementBegins(TransactionStmt *stmt)
+VqPreparedBegins(const char *gid)
 {
-	if (stmt->kind != TRANS_STMT_PREPARE)
-		return;
 	if (!xact_callback_registered)
 	{
 		RegisterXactCallback(PreparedXactCallback, NULL);
 		xact_callback_registered = true;
 	}
-	strlcpy(preparing_gid, stmt->gid, GIDSIZE);
-	VqWakeupRegister();			/* its PREPARE event hands us the notes, even none */
+	strlcpy(preparing_gid, gid, GIDSIZE);
 }
 
 /* The entry a PREPARE writes: the GID's own (stale), a free one, or a stale one; NULL if none (lock held). */
@@ -183,15 +179,14 @@ VqPreparedKeepNotes(const VqWakeNotes *notes)
 	preparing_gid[0] = '\0';
 }
 
-/* COMMIT PREPARED (committed) or ROLLBACK PREPARED succeeded: take the entry, act on it when committed. */
-static void
-PreparedFinished(const char *gid, bool committed)
+/* COMMIT PREPARED or ROLLBACK PREPARED succeeded: take its entry (see prepared.h). */
+bool
+VqPreparedTakeNotes(const char *gid, VqWakeNotes *notes)
 {
-	VqWakeNotes notes;
 	bool		found = false;
 
 	if (Prepared == NULL)
-		return;
+		return false;
 	LWLockAcquire(Prepared->lock, LW_EXCLUSIVE);
 	for (int i = 0; i < Prepared->size && !found; i++)
 	{
@@ -199,22 +194,11 @@ PreparedFinished(const char *gid, bool committed)
 
 		if (e->used && e->dboid == MyDatabaseId && strcmp(e->gid, gid) == 0)
 		{
-			notes = e->notes;
+			*notes = e->notes;
 			e->used = false;
 			found = true;
 		}
 	}
 	LWLockRelease(Prepared->lock);
-	if (committed)
-		VqWakeForCommitPrepared(found ? &notes : NULL);
-}
-
-/* The utility hook ran a transaction statement without an error (see prepared.h). */
-void
-VqPreparedStatementDone(TransactionStmt *stmt)
-{
-	if (stmt->kind == TRANS_STMT_COMMIT_PREPARED)
-		PreparedFinished(stmt->gid, true);
-	else if (stmt->kind == TRANS_STMT_ROLLBACK_PREPARED)
-		PreparedFinished(stmt->gid, false);
+	return found;
 }

@@ -6,8 +6,8 @@
  * callback lowers the claim positions it must and wakes the executors
  * (main/wake.c moves the slot's counters and sets latches). Nothing
  * happens on abort; PREPARE TRANSACTION hands the notes to prepared.c, which
- * acts on them when COMMIT PREPARED succeeds. The enqueuing transaction takes
- * no NOTIFY lock, so enqueue keeps INSERT speed.
+ * keeps them until COMMIT PREPARED succeeds and they are acted on here. The
+ * enqueuing transaction takes no NOTIFY lock, so enqueue keeps INSERT speed.
  *
  * The callback runs in the last resource-release phase of the top-level
  * commit, not at XACT_EVENT_COMMIT: PostgreSQL sends the transaction's catalog
@@ -152,9 +152,9 @@ CopyNotes(VqWakeNotes *notes)
 }
 
 /*
- * PREPARE TRANSACTION: the notes go to prepared.c, which acts on them when
- * COMMIT PREPARED succeeds; nothing happens at this transaction's own end
- * but the lifting of a stop request.
+ * PREPARE TRANSACTION: the notes go to prepared.c, kept until COMMIT PREPARED
+ * succeeds (VqWakeupTransactionDone); nothing happens at this transaction's
+ * own end but the lifting of a stop request.
  */
 static void
 WakeupXactCallback(XactEvent event, void *arg)
@@ -321,13 +321,6 @@ vq_launcher_wakeup(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
-/* Register this backend's end-of-transaction callbacks now (see wakeup.h). */
-void
-VqWakeupRegister(void)
-{
-	RegisterCallbacks();
-}
-
 /* Note that everything must be looked at: jobs and outbox rows anywhere in claim order, any due time. */
 static void
 NoteEverything(void)
@@ -348,14 +341,14 @@ VqLookAtEverythingAtCommit(void)
 }
 
 /*
- * COMMIT PREPARED succeeded (see wakeup.h). The prepared transaction is
- * committed and visible, its invalidations were sent and its locks released
- * by then, as at the point of a commit where the notes are acted on; the
- * transaction that runs COMMIT PREPARED (never in a transaction block) has
- * noted nothing of its own.
+ * COMMIT PREPARED succeeded: act now on what the prepared transaction noted
+ * (NULL: its notes were lost). It is committed and visible, its
+ * invalidations were sent and its locks released by then, as at the point of
+ * a commit where the notes are acted on; the transaction that runs COMMIT
+ * PREPARED (never in a transaction block) has noted nothing of its own.
  */
-void
-VqWakeForCommitPrepared(const VqWakeNotes *notes)
+static void
+WakeForCommitPrepared(const VqWakeNotes *notes)
 {
 	RegisterCallbacks();
 	if (notes == NULL)
@@ -375,6 +368,28 @@ VqWakeForCommitPrepared(const VqWakeNotes *notes)
 		extension_changed_at_commit |= notes->extension_changed;
 	}
 	WakeupReleaseCallback(RESOURCE_RELEASE_AFTER_LOCKS, true, true, NULL);
+}
+
+/* A transaction statement is about to run (see wakeup.h). */
+void
+VqWakeupTransactionBegins(TransactionStmt *stmt)
+{
+	if (stmt->kind != TRANS_STMT_PREPARE)
+		return;
+	VqPreparedBegins(stmt->gid);
+	RegisterCallbacks();		/* its PREPARE event hands prepared.c the notes, even none */
+}
+
+/* A transaction statement ran without an error (see wakeup.h). */
+void
+VqWakeupTransactionDone(TransactionStmt *stmt)
+{
+	VqWakeNotes notes;
+
+	if (stmt->kind == TRANS_STMT_COMMIT_PREPARED)
+		WakeForCommitPrepared(VqPreparedTakeNotes(stmt->gid, &notes) ? &notes : NULL);
+	else if (stmt->kind == TRANS_STMT_ROLLBACK_PREPARED)
+		(void) VqPreparedTakeNotes(stmt->gid, &notes);
 }
 
 /* Forget the positions, make every due time and the relay worth a look, and wake every executor. */

@@ -8,9 +8,8 @@
 
 #include "postgres.h"
 
+#include "nodes/parsenodes.h"
 #include "utils/timestamp.h"
-
-#include "main/limits.h"
 
 /*
  * At the commit of this transaction (nothing on abort; a prepared transaction's
@@ -48,39 +47,21 @@ extern void VqWakeOnExtensionChangeAtCommit(void);
  */
 extern void VqResumeDatabaseAtEnd(Oid dboid);
 
-/* Claim levels a prepared transaction's notes keep (with more, its commit forgets every position). */
-#define VQ_PREPARED_LEVELS 4
-
-/* What a transaction noted for its commit, as PREPARE TRANSACTION hands it on (prepared.c). */
-typedef struct VqWakeNotes
-{
-	int			nlevels;
-	struct
-	{
-		char		queue[VQ_NAME_MAX + 1];
-		int32		priority;
-		TimestampTz scheduled_at;
-	}			levels[VQ_PREPARED_LEVELS];
-	bool		forget_positions;
-	bool		due;
-	uint32		queue_hint;
-	TimestampTz next_due;
-	bool		relay;
-	int64		relay_low_id;
-	bool		callbacks;
-	bool		extension_changed;
-} VqWakeNotes;
-
-/* Register this backend's end-of-transaction callbacks now (a PREPARE TRANSACTION is coming). */
-extern void VqWakeupRegister(void);
+/*
+ * The utility hook is about to run a transaction statement: a PREPARE
+ * TRANSACTION keeps what this transaction noted (prepared.c) for its COMMIT
+ * PREPARED.
+ */
+extern void VqWakeupTransactionBegins(TransactionStmt *stmt);
 
 /*
- * COMMIT PREPARED succeeded: act now on what that transaction noted, as its
- * own commit would have (notes NULL: they were lost, e.g. by a restart since
- * the PREPARE: this database's executors forget their claim positions and
- * look at everything).
+ * The utility hook ran a transaction statement without an error: COMMIT
+ * PREPARED acts now on what that transaction noted, as its own commit would
+ * have (were the notes lost, by a restart since the PREPARE, this database's
+ * executors forget their claim positions and look at everything); ROLLBACK
+ * PREPARED drops them.
  */
-extern void VqWakeForCommitPrepared(const VqWakeNotes *notes);
+extern void VqWakeupTransactionDone(TransactionStmt *stmt);
 
 /* At commit: jobs, outbox rows or due times arrived unnoted: forget the positions, look at everything. */
 extern void VqLookAtEverythingAtCommit(void);
