@@ -106,8 +106,8 @@ VqEnterCallback(Oid owner, VqSavedUser *saved)
 	SwitchUser(owner, SECURITY_RESTRICTED_OPERATION, saved);
 	saved->gucnestlevel = NewGUCNestLevel();
 	/* executors run with this path already; a client's session (a consumer's reply) may not */
-	if (strcmp(namespace_search_path, VQ_CALLBACK_SEARCH_PATH) != 0)
-		(void) set_config_option("search_path", VQ_CALLBACK_SEARCH_PATH,
+	if (strcmp(namespace_search_path, VQ_WORKER_SEARCH_PATH) != 0)
+		(void) set_config_option("search_path", VQ_WORKER_SEARCH_PATH,
 								 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 }
 

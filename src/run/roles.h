@@ -37,9 +37,8 @@ extern void VqLeaveUserCode(VqSavedUser *saved);
  * An administrator's callback (an interceptor, a transition listener) as the
  * owner of its function: a security-restricted operation at a new GUC nest
  * level (it can neither change role nor leave anything in the session), with
- * search_path = VQ_CALLBACK_SEARCH_PATH (the executors' own); and back.
+ * search_path = VQ_WORKER_SEARCH_PATH (the executors' own, settings.h); and back.
  */
-#define VQ_CALLBACK_SEARCH_PATH "pg_catalog, pg_temp"
 extern void VqEnterCallback(Oid owner, VqSavedUser *saved);
 extern void VqLeaveCallback(VqSavedUser *saved);
 

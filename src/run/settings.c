@@ -55,7 +55,6 @@
 #include "utils/snapmgr.h"
 
 #include "main/guc.h"
-#include "run/roles.h"
 #include "run/settings.h"
 
 /* A setting a worker pins; for_user_code: user code gets its role's value instead. */
@@ -139,7 +138,7 @@ void
 VqPinWorkerSettings(void)
 {
 	/* vq_job's own statements are schema-qualified; nothing should come from elsewhere. */
-	SetConfigOption("search_path", VQ_CALLBACK_SEARCH_PATH, PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("search_path", VQ_WORKER_SEARCH_PATH, PGC_SUSET, PGC_S_OVERRIDE);
 	VqPinSynchronousCommit();
 	for (size_t i = 0; i < lengthof(PINS); i++)
 		SetConfigOption(PINS[i].name, PINS[i].value, PGC_SUSET, PGC_S_OVERRIDE);

@@ -7,6 +7,13 @@
 
 #include "postgres.h"
 
+/*
+ * The search_path of the workers' own statements (all schema-qualified) and
+ * of administrators' callbacks (roles.c): nothing of any role's can come
+ * first.
+ */
+#define VQ_WORKER_SEARCH_PATH "pg_catalog, pg_temp"
+
 /* Pin the settings the worker's own transactions need (once, after connecting, before its first transaction). */
 extern void VqPinWorkerSettings(void);
 
