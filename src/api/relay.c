@@ -50,9 +50,9 @@
 #include "util/spi_util.h"
 #include "claim/claimpos.h"
 #include "state/wakeup.h"
-#include "run/dispatch.h"
 #include "run/roles.h"
 #include "run/session.h"
+#include "run/watch.h"
 #include "api/enqueue.h"
 #include "api/relay.h"
 
@@ -267,7 +267,7 @@ DeliverCustom(VqRegistry *registry, OutboxRow *row, char **message)
 	VqEnterUserCode(row->published_by, &as_user);
 	delivering_id = row->id;
 	delivering_attempts = row->attempts;
-	VqWatchBegin();
+	VqWatchBegin(false);
 	{
 		LOCAL_FCINFO(fcinfo, 4);
 		FmgrInfo	flinfo;

@@ -83,8 +83,10 @@
 #include "run/dispatch.h"
 #include "run/jobapi.h"
 #include "run/livelog.h"
+#include "run/notify.h"
 #include "run/roles.h"
 #include "run/settings.h"
+#include "run/watch.h"
 #include "api/consumer.h"
 #include "api/relay.h"
 #include "executors/compact.h"
@@ -945,7 +947,7 @@ SetUpExecutor(Datum arg)
 
 	cycle_context = AllocSetContextCreate(TopMemoryContext, "vq_job executor cycle", ALLOCSET_DEFAULT_SIZES);
 	VqClaimInit();
-	VqDispatchInit();
+	VqWatchInit();
 	VqPoolInit();
 
 	extension_generation_seen = pg_atomic_read_u64(&VqMyDatabaseSlot->extension_generation);

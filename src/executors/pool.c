@@ -28,7 +28,7 @@
 #include "main/limits.h"
 #include "main/requests.h"
 #include "main/shmem.h"
-#include "run/dispatch.h"
+#include "run/watch.h"
 #include "executors/pool.h"
 
 /* A visible job of a handler not known to be slow asks for executors once it has run this long. */

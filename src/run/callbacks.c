@@ -48,8 +48,9 @@
 #include "cache/registry.h"
 #include "run/callbacks.h"
 #include "run/deferred.h"
-#include "run/dispatch.h"
+#include "run/jobapi.h"
 #include "run/roles.h"
+#include "run/watch.h"
 
 /* Do callbacks run here, inline, in the transaction of what they see? */
 bool

@@ -27,7 +27,9 @@
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
+#include "utils/regproc.h"
 #include "utils/timestamp.h"
+#include "utils/typcache.h"
 
 #include "main/checks.h"
 #include "main/errcodes.h"
@@ -52,6 +54,7 @@ static MemoryContext log_context = NULL;
 static List *log_entries = NIL;
 static int64 log_dropped = 0;	/* lines over vq.log_max_lines in this attempt */
 static SPIPlanPtr log_plan = NULL;
+static Oid	job_context_type = InvalidOid;
 
 /* This executor's count of runs: names each run for cancel requests (see VqJobApiBegin). */
 static uint64 run_seq = 0;
@@ -111,6 +114,50 @@ VqJob *
 VqCurrentJob(void)
 {
 	return current_job;
+}
+
+/* The OID of type vq.job_context (looked up once). */
+static Oid
+JobContextType(void)
+{
+	if (!OidIsValid(job_context_type))
+		job_context_type = DatumGetObjectId(DirectFunctionCall1(regtypein,
+																CStringGetDatum("vq.job_context")));
+	return job_context_type;
+}
+
+/*
+ * The vq.job_context value a two-argument handler (and an interceptor)
+ * receives: built once per job, in the job's own memory context.
+ */
+Datum
+VqJobContextDatum(VqJob *job)
+{
+	TupleDesc	desc;
+	Datum		values[9];
+	bool		nulls[9] = {false, false, false, false, false, false, false, false, false};
+	HeapTuple	tup;
+	MemoryContext old;
+
+	if (job->context != (Datum) 0)
+		return job->context;
+	old = MemoryContextSwitchTo(GetMemoryChunkContext(job));
+	desc = lookup_rowtype_tupdesc(JobContextType(), -1);
+
+	values[0] = UUIDPGetDatum(&job->execution_id);
+	values[1] = CStringGetTextDatum(job->job_id);
+	values[2] = CStringGetTextDatum(job->handler);
+	values[3] = CStringGetTextDatum(job->queue);
+	values[4] = Int32GetDatum(job->priority);
+	values[5] = Int32GetDatum(job->attempt_number);
+	values[6] = Int32GetDatum(job->max_attempts);
+	values[7] = TimestampTzGetDatum(job->scheduled_at);
+	values[8] = JsonbPGetDatum(job->metadata);
+	tup = heap_form_tuple(desc, values, nulls);
+	ReleaseTupleDesc(desc);
+	job->context = HeapTupleGetDatum(tup);
+	MemoryContextSwitchTo(old);
+	return job->context;
 }
 
 /* Insert log lines of one attempt (in the caller's transaction, connected to SPI). */

@@ -27,6 +27,9 @@ extern void VqJobApiBegin(VqJob *job);
 /* It ends: take its progress into the outcome, unpublish it. */
 extern void VqJobApiEnd(VqOutcome *outcome);
 
+/* The vq.job_context value of a job (a two-argument handler and the interceptors receive it). */
+extern Datum VqJobContextDatum(VqJob *job);
+
 /* The job this executor runs now (NULL between jobs). */
 extern VqJob *VqCurrentJob(void);
 

@@ -15,7 +15,7 @@
 
 #include "main/shmem.h"
 #include "util/spi_util.h"
-#include "run/dispatch.h"
+#include "run/watch.h"
 
 /* Prepare a plan with the given cursor options the first time (into *plan) and keep it. */
 static SPIPlanPtr
