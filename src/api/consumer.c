@@ -37,7 +37,7 @@
 #include "claim/pullpos.h"
 #include "state/outcome.h"
 #include "state/wakeup.h"
-#include "run/callbacks.h"
+#include "run/interceptors.h"
 #include "run/roles.h"
 #include "api/consumer.h"
 

@@ -1,7 +1,7 @@
 /*
- * callbacks.c: functions an administrator registers to run inside vq_job's
- * own work: interceptors around every dispatch (here) and transition
- * listeners (listeners.c, which calls them through VqCallCallback).
+ * callbacks.c: calling the functions an administrator registers to run
+ * inside vq_job's own work: interceptors around every dispatch
+ * (interceptors.c) and transition listeners (listeners.c).
  *
  * Where they run. A callback runs as the owner of its function (normally a
  * superuser), so it must never run where a tenant's objects can reach it: a
@@ -25,12 +25,8 @@
  * not been there. The function is looked up through funccache.c, so an ALTER
  * FUNCTION takes effect at the next call.
  *
- * Interceptors: on_dispatch(vq.job_context) before a function handler is
- * called or a NOTIFY handler's job is announced; on_complete(vq.job_context,
- * outcome, error) when the handler ended, before the outcome is written (or,
- * for a consumer's reply, queued: after the reply committed). They run in
- * (position, name) order, outside the job's execution timeout: keep them
- * short.
+ * The interceptors (interceptors.c) and the transition listeners
+ * (listeners.c) decide, each time, whether to call here or to queue.
  */
 #include "postgres.h"
 
@@ -47,8 +43,6 @@
 #include "cache/funccache.h"
 #include "cache/registry.h"
 #include "run/callbacks.h"
-#include "run/deferred.h"
-#include "run/jobapi.h"
 #include "run/roles.h"
 #include "run/watch.h"
 
@@ -204,54 +198,4 @@ VqCallInterceptor(VqInterceptor *i, bool complete, pg_uuid_t *execution_id, int3
 		VqReportCallbackFailure(psprintf("interceptor \"%s\" (%s)", i->name,
 										 complete ? "on_complete" : "on_dispatch"),
 								execution_id, attempt, failure);
-}
-
-/*
- * Every interceptor's on_dispatch (outcome NULL) or on_complete for the job,
- * whose vq.job_context is ctx: inline in an executor's own code, queued for
- * an executor anywhere else. The registry is pinned: an interceptor may
- * enqueue, which rebuilds it.
- */
-static void
-Intercept(VqJob *job, Datum ctx, VqOutcome *outcome)
-{
-	VqRegistry *registry;
-	Datum		kind = (Datum) 0;
-	Datum		error = (Datum) 0;
-	ListCell   *lc;
-
-	if (!VqCallbacksRunInline())
-	{
-		VqDeferInterceptors(job, ctx, outcome);
-		return;
-	}
-	if (outcome)
-	{
-		kind = CStringGetTextDatum(VqOutcomeName(outcome->kind));
-		error = outcome->error ? CStringGetTextDatum(outcome->error) : (Datum) 0;
-	}
-	registry = VqRegistryPin();
-	foreach(lc, registry->interceptors)
-		VqCallInterceptor(lfirst(lc), outcome != NULL, &job->execution_id, job->attempt_number, ctx, kind, error);
-	VqRegistryRelease(registry);
-}
-
-/* Before a job is dispatched: every interceptor's on_dispatch. */
-void
-VqInterceptDispatch(VqJob *job)
-{
-	VqRegistry *registry = VqRegistryGetIfInstalled();
-
-	if (registry != NULL && registry->interceptors != NIL)
-		Intercept(job, VqJobContextDatum(job), NULL);
-}
-
-/* When a job's handler ended or its reply came, before the outcome is written: every on_complete. */
-void
-VqInterceptComplete(VqJob *job, VqOutcome *outcome)
-{
-	VqRegistry *registry = VqRegistryGetIfInstalled();
-
-	if (registry != NULL && registry->interceptors != NIL)
-		Intercept(job, VqJobContextDatum(job), outcome);
 }

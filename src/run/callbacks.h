@@ -1,10 +1,9 @@
 /*
- * callbacks.h: administrators' functions called inside vq_job's work, as the
- * owner of each function, each in a subtransaction whose error is logged and
- * changes nothing else: interceptors around every dispatch, and (through
- * VqCallCallback) transition listeners. They run inline only in an
- * executor's own code; anywhere else they are queued for an executor
- * (deferred.c).
+ * callbacks.h: calling administrators' functions inside vq_job's work, as
+ * the owner of each function, each in a subtransaction whose error is logged
+ * and changes nothing else: interceptors (interceptors.h) and transition
+ * listeners. They run inline only in an executor's own code; anywhere else
+ * they are queued for an executor (deferred.c).
  */
 #ifndef VQ_CALLBACKS_H
 #define VQ_CALLBACKS_H
@@ -32,11 +31,5 @@ extern const char *VqOutcomeName(VqOutcomeKind kind);
 /* Call one interceptor's on_dispatch, or its on_complete (outcome, error: text or (Datum) 0); log its failure. */
 extern void VqCallInterceptor(VqInterceptor *i, bool complete, pg_uuid_t *execution_id, int32 attempt,
 							  Datum ctx, Datum outcome, Datum error);
-
-/* Every interceptor's on_dispatch, before a job is run or announced. */
-extern void VqInterceptDispatch(VqJob *job);
-
-/* Every interceptor's on_complete, when the handler ended or the reply came, before the outcome is written. */
-extern void VqInterceptComplete(VqJob *job, VqOutcome *outcome);
 
 #endif							/* VQ_CALLBACKS_H */

@@ -24,7 +24,7 @@
 #include "claim/inflight.h"
 #include "claim/pullpos.h"
 #include "state/outcome.h"
-#include "run/callbacks.h"
+#include "run/interceptors.h"
 #include "run/notify.h"
 
 /* Send a job's announcement on its channel (at commit). */
