@@ -5,21 +5,9 @@
 #ifndef VQ_JOBAPI_H
 #define VQ_JOBAPI_H
 
-#include "nodes/pg_list.h"
+#include "postgres.h"
 
 #include "main/job.h"
-
-/* One log line of the running job, as vq_log() made it. */
-typedef struct VqLogEntry
-{
-	char	   *level;
-	char	   *message;
-	Jsonb	   *fields;			/* NULL: none */
-	TimestampTz at;
-} VqLogEntry;
-
-/* Insert log lines of one attempt (in the caller's transaction, connected to SPI). */
-extern void VqWriteLogEntries(pg_uuid_t *execution_id, int32 attempt, List *entries);
 
 /* A job starts in this executor: publish it, start an empty log. */
 extern void VqJobApiBegin(VqJob *job);

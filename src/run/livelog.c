@@ -28,7 +28,7 @@
 #include "utils/jsonb.h"
 
 #include "main/shmem.h"
-#include "run/jobapi.h"
+#include "run/joblog.h"
 #include "run/livelog.h"
 
 /* One line in a live log: this header, the message bytes, the fields' jsonb bytes. */
