@@ -52,6 +52,7 @@
 #include "state/wakeup.h"
 #include "run/roles.h"
 #include "run/session.h"
+#include "run/subxact.h"
 #include "run/watch.h"
 #include "api/enqueue.h"
 #include "api/relay.h"
@@ -309,17 +310,41 @@ DeliverCustom(VqRegistry *registry, OutboxRow *row, char **message)
 	return RELAY_RETRYABLE;
 }
 
+/* One row's delivery, as the subtransaction that runs it sees it. */
+typedef struct Delivery
+{
+	VqRegistry *registry;
+	OutboxRow  *row;
+	char	  **message;
+	RelayResult result;
+} Delivery;
+
+/* Deliver the row (inside its subtransaction); only a success is kept. */
+static bool
+Deliver(void *arg)
+{
+	Delivery   *d = (Delivery *) arg;
+
+	if (strcmp(d->row->type, "DELAYED_JOB") == 0)
+		d->result = DeliverDelayedJob(d->registry, d->row, d->message);
+	else if (strcmp(d->row->type, "NOTIFY") == 0)
+		d->result = DeliverNotify(d->row, d->message);
+	else
+		d->result = DeliverCustom(d->registry, d->row, d->message);
+	return d->result == RELAY_SUCCESS;
+}
+
 /*
- * Deliver one row in a subtransaction; errors become RETRYABLE or PERMANENT.
- * *end_transaction: a destination function changed the transaction's
- * constraint modes (see session.c).
+ * Deliver one row in a subtransaction (around user code: a destination
+ * function may run, and its cancels are its own); errors become RETRYABLE or
+ * PERMANENT. *end_transaction: a destination function changed the
+ * transaction's constraint modes (see session.c).
  */
 static RelayResult
 DeliverRow(VqRegistry *registry, OutboxRow *row, char **message, bool *end_transaction)
 {
-	MemoryContext caller_context = CurrentMemoryContext;
-	ResourceOwner caller_owner = CurrentResourceOwner;
-	RelayResult result;
+	Delivery	delivery = {registry, row, message, RELAY_RETRYABLE};
+	ErrorData  *edata;
 
 	*message = NULL;
 
@@ -330,44 +355,18 @@ DeliverRow(VqRegistry *registry, OutboxRow *row, char **message, bool *end_trans
 		return RELAY_PERMANENT;
 	}
 
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(caller_context);
-	PG_TRY();
+	edata = VqTryUserCode(Deliver, &delivery);
+	if (edata != NULL)
 	{
-		if (strcmp(row->type, "DELAYED_JOB") == 0)
-			result = DeliverDelayedJob(registry, row, message);
-		else if (strcmp(row->type, "NOTIFY") == 0)
-			result = DeliverNotify(row, message);
-		else
-			result = DeliverCustom(registry, row, message);
-		if (result == RELAY_SUCCESS)
-			ReleaseCurrentSubTransaction();
-		else
-			RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(caller_context);
-		CurrentResourceOwner = caller_owner;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		VqWatchEnd(false);		/* a destination function may have been cut short */
-		delivering_id = 0;
-		MemoryContextSwitchTo(caller_context);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(caller_context);
-		CurrentResourceOwner = caller_owner;
+		delivering_id = 0;		/* (a destination function was cut short: the watch is disarmed) */
 		*message = pstrdup(edata->message ? edata->message : "delivery failed");
-		result = ((strcmp(row->type, "DELAYED_JOB") == 0 && IsValidationError(edata->sqlerrcode)) ||
-				  edata->sqlerrcode == ERRCODE_INSUFFICIENT_PRIVILEGE)
+		delivery.result = ((strcmp(row->type, "DELAYED_JOB") == 0 && IsValidationError(edata->sqlerrcode)) ||
+						   edata->sqlerrcode == ERRCODE_INSUFFICIENT_PRIVILEGE)
 			? RELAY_PERMANENT : RELAY_RETRYABLE;
 		FreeErrorData(edata);
 	}
-	PG_END_TRY();
 	*end_transaction = VqSessionCleanUp();
-	return result;
+	return delivery.result;
 }
 
 /* Record a row that was not delivered: FAILED for good, or retried after a backoff. */
@@ -523,8 +522,8 @@ DelayedJobsAlloc(DelayedJobs *jobs, VqRegistry *registry, int max)
 	jobs->roles = palloc(sizeof(Datum) * max);
 }
 
-/* Enqueue them (in the caller's subtransaction). */
-static void
+/* Enqueue them (in the caller's subtransaction, which keeps them). */
+static bool
 InsertDelayedJobs(void *arg)
 {
 	DelayedJobs *jobs = (DelayedJobs *) arg;
@@ -532,6 +531,7 @@ InsertDelayedJobs(void *arg)
 	VqEnqueueManyResolved(jobs->registry, jobs->n, jobs->handlers, jobs->queues, jobs->priorities,
 						  jobs->attempts, jobs->scheduled, jobs->payloads, jobs->payload_nulls,
 						  jobs->metadatas, jobs->roles);
+	return true;
 }
 
 /*

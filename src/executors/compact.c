@@ -32,6 +32,7 @@
 #include "utils/timestamp.h"
 
 #include "util/spi_util.h"
+#include "run/subxact.h"
 #include "executors/compact.h"
 
 #define COMPACT_CHECK_MS 5000
@@ -153,8 +154,8 @@ CountRowsUpTo(int64 limit)
 	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
 
-/* CLUSTER the table by its primary key (in the caller's subtransaction). */
-static void
+/* CLUSTER the table by its primary key (in the caller's subtransaction, which keeps it). */
+static bool
 Cluster(void *arg)
 {
 	int			level = VqIndexScansBegin();	/* copy by the index: the heap is mostly empty pages */
@@ -164,6 +165,7 @@ Cluster(void *arg)
 	if (SPI_execute("CLUSTER vq.job_active USING job_active_pkey", false, 0) != SPI_OK_UTILITY)
 		elog(ERROR, "vq_job: CLUSTER vq.job_active failed");
 	VqIndexScansEnd(level);
+	return true;
 }
 
 /*

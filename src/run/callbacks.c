@@ -44,6 +44,7 @@
 #include "cache/registry.h"
 #include "run/callbacks.h"
 #include "run/roles.h"
+#include "run/subxact.h"
 #include "run/watch.h"
 
 /* Do callbacks run here, inline, in the transaction of what they see? */
@@ -61,8 +62,8 @@ typedef struct CallbackCall
 	Datum	   *args;
 } CallbackCall;
 
-/* The callback, as its owner (see roles.h), inside the caller's subtransaction. */
-static void
+/* The callback, as its owner (see roles.h), inside the caller's subtransaction; its work is kept. */
+static bool
 CallAsOwner(void *arg)
 {
 	CallbackCall *call = (CallbackCall *) arg;
@@ -79,12 +80,13 @@ CallAsOwner(void *arg)
 	if (f->flinfo.fn_strict)
 		for (int i = 0; i < call->nargs; i++)
 			if (fcinfo->args[i].isnull)
-				return;
+				return true;
 	VqEnterCallback(f->owner, &saved);
 	PushActiveSnapshot(GetTransactionSnapshot());
 	(void) FunctionCallInvoke(fcinfo);
 	PopActiveSnapshot();
 	VqLeaveCallback(&saved);
+	return true;
 }
 
 /*

@@ -40,7 +40,6 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/regproc.h"
-#include "utils/resowner.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
@@ -48,7 +47,6 @@
 #include "main/compat.h"
 #include "main/guc.h"
 #include "main/shmem.h"
-#include "util/spi_util.h"
 #include "cache/funccache.h"
 #include "run/context.h"
 #include "run/dispatch.h"
@@ -56,6 +54,7 @@
 #include "run/jobapi.h"
 #include "run/roles.h"
 #include "run/session.h"
+#include "run/subxact.h"
 #include "run/watch.h"
 
 /*
@@ -65,7 +64,7 @@
  * dead-lettered, see VqRunFunctionHandler).
  */
 static VqFunction *
-ResolveFunction(VqJob *job, volatile bool *dropped)
+ResolveFunction(VqJob *job, bool *dropped)
 {
 	VqFunction *hf = VqFunctionLookup(job->handler_fn);
 
@@ -192,6 +191,43 @@ MakeCancelled(VqOutcome *outcome)
 	outcome->kind = VQ_OUTCOME_CANCELLED;
 }
 
+/* A handler's run, as the subtransaction that runs it sees it. */
+typedef struct HandlerRun
+{
+	VqJob	   *job;
+	bool		dropped;		/* the authorised function was dropped */
+	bool		wrote;			/* the subtransaction got an XID */
+} HandlerRun;
+
+/*
+ * Inside the handler's subtransaction: check and call it, as the enqueuing
+ * role; what it did is kept (an error rolls it back).
+ */
+static bool
+CallInSubtransaction(void *arg)
+{
+	HandlerRun *run = (HandlerRun *) arg;
+	VqFunction *hf;
+	VqSavedUser as_user;
+
+	/*
+	 * The claim may have taken no new lock, so catalog changes committed
+	 * since this transaction began (a REVOKE, a replaced function) may not
+	 * have been read yet: read them before checking and calling.
+	 */
+	AcceptInvalidationMessages();
+	hf = ResolveFunction(run->job, &run->dropped);
+
+	CheckRunPrivileges(run->job, hf);
+	VqEnterUserCode(run->job->enqueued_by, &as_user);
+	ShowJobIdentity(run->job);
+	CallHandler(run->job, hf);
+	VqLeaveUserCode(&as_user);
+
+	run->wrote = TransactionIdIsValid(GetCurrentTransactionIdIfAny());
+	return true;
+}
+
 /*
  * Run a function handler in a subtransaction and fill in the outcome. Errors
  * raised by the handler (or by the privilege re-check) become a FAILED
@@ -200,10 +236,9 @@ MakeCancelled(VqOutcome *outcome)
 void
 VqRunFunctionHandler(VqJob *job, VqOutcome *outcome)
 {
-	MemoryContext caller_context = CurrentMemoryContext;
-	ResourceOwner caller_owner = CurrentResourceOwner;
 	TimestampTz start = GetCurrentTimestamp();
-	volatile bool dropped = false;
+	HandlerRun	run = {job, false, false};
+	ErrorData  *edata;
 
 	memset(outcome, 0, sizeof(VqOutcome));
 
@@ -222,51 +257,19 @@ VqRunFunctionHandler(VqJob *job, VqOutcome *outcome)
 	VqWatchBegin(true);
 
 	CommandCounterIncrement();
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(caller_context);
-	PG_TRY();
+	edata = VqTryUserCode(CallInSubtransaction, &run);
+	if (edata == NULL)
 	{
-		VqFunction *hf;
-		VqSavedUser as_user;
-
-		/*
-		 * The claim may have taken no new lock, so catalog changes committed
-		 * since this transaction began (a REVOKE, a replaced function) may not
-		 * have been read yet: read them before checking and calling.
-		 */
-		AcceptInvalidationMessages();
-		hf = ResolveFunction(job, &dropped);
-
-		CheckRunPrivileges(job, hf);
-		VqEnterUserCode(job->enqueued_by, &as_user);
-		ShowJobIdentity(job);
-		CallHandler(job, hf);
-		VqLeaveUserCode(&as_user);
-
-		outcome->wrote = TransactionIdIsValid(GetCurrentTransactionIdIfAny());
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(caller_context);
-		CurrentResourceOwner = caller_owner;
+		VqWatchEnd(true);
+		outcome->wrote = run.wrote;
 		outcome->kind = VQ_OUTCOME_COMPLETED;
 	}
-	PG_CATCH();
+	else
 	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(caller_context);
-		edata = CopyErrorData();
-		FlushErrorState();
-		/* restores the user, the GUC nest level and the snapshot stack too */
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(caller_context);
-		CurrentResourceOwner = caller_owner;
-
-		ClassifyError(edata, dropped, outcome);
+		/* (the watch was disarmed before the rollback) */
+		ClassifyError(edata, run.dropped, outcome);
 		FreeErrorData(edata);
 	}
-	PG_END_TRY();
-
-	VqWatchEnd(outcome->kind == VQ_OUTCOME_COMPLETED);
 	outcome->ends_transaction = VqSessionCleanUp();
 	pgstat_report_activity(STATE_IDLE, "");
 

@@ -1,6 +1,7 @@
 /*
  * spi_util.c: small helpers every SPI user in vq_job shares: kept plans,
- * worker transactions, and materialized set-returning results.
+ * ordered index scans, worker transactions, and materialized set-returning
+ * results.
  */
 #include "postgres.h"
 
@@ -10,12 +11,9 @@
 #include "nodes/parsenodes.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
-#include "utils/resowner.h"
 #include "utils/snapmgr.h"
 
-#include "main/shmem.h"
 #include "util/spi_util.h"
-#include "run/watch.h"
 
 /* Prepare a plan with the given cursor options the first time (into *plan) and keep it. */
 static SPIPlanPtr
@@ -84,54 +82,6 @@ void
 VqIndexScansEnd(int level)
 {
 	AtEOXact_GUC(true, level);
-}
-
-/*
- * Must an error caught by VqTryInSubtransaction be raised again rather than
- * returned? A cancel or a termination (SQLSTATE class 57: query_canceled,
- * admin_shutdown, ...) is meant for the whole statement or process, not for
- * the step that happened to run. In an executor outside user code no cancel
- * is ever delivered (dispatch.c ignores SIGINT there and its timeouts act on
- * user code only; a termination is FATAL and ends the process without coming
- * here): a class-57 error there was raised by the code itself, and is its
- * failure like any other.
- */
-static bool
-MustPropagate(ErrorData *edata)
-{
-	if (ERRCODE_TO_CATEGORY(edata->sqlerrcode) != ERRCODE_OPERATOR_INTERVENTION)
-		return false;
-	return VqMyExecutorSlot == NULL || VqInUserCode();
-}
-
-/* fn(arg) in a subtransaction; NULL or its error, a cancel raised again (see spi_util.h). */
-ErrorData *
-VqTryInSubtransaction(void (*fn) (void *arg), void *arg)
-{
-	MemoryContext caller_context = CurrentMemoryContext;
-	ResourceOwner caller_owner = CurrentResourceOwner;
-	ErrorData  *volatile error = NULL;
-
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(caller_context);
-	PG_TRY();
-	{
-		fn(arg);
-		ReleaseCurrentSubTransaction();
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(caller_context);
-		error = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-	}
-	PG_END_TRY();
-	MemoryContextSwitchTo(caller_context);
-	CurrentResourceOwner = caller_owner;
-	if (error != NULL && MustPropagate(error))
-		ReThrowError(error);
-	return error;
 }
 
 /* Worker side: finish the transaction VqBeginTransaction started. */

@@ -42,18 +42,6 @@ extern SPIPlanPtr VqKeepGenericPlan(SPIPlanPtr *plan, const char *sql, int nargs
 extern int	VqIndexScansBegin(void);
 extern void VqIndexScansEnd(int level);
 
-/*
- * Run fn(arg) in a subtransaction of its own. Returns NULL when it
- * succeeded; otherwise its error (allocated in the caller's memory context)
- * after rolling back everything it did. The caller's memory context and
- * resource owner are the current ones again either way. A cancel or a
- * termination (SQLSTATE class 57) is not returned but raised again after the
- * rollback, so the statement (or process) it was meant for ends; except in
- * an executor outside user code, which never receives a cancel (a class-57
- * error there is the code's own failure).
- */
-extern ErrorData *VqTryInSubtransaction(void (*fn) (void *arg), void *arg);
-
 /* Worker side: start a transaction with a snapshot and an SPI connection; and finish it. */
 extern void VqBeginTransaction(void);
 extern void VqCommitTransaction(void);
