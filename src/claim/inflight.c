@@ -27,13 +27,17 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
 #include "miscadmin.h"
 #include "utils/resowner.h"
+#include "utils/timestamp.h"
 
+#include "main/guc.h"
 #include "main/limits.h"
 #include "main/shmem.h"
+#include "util/spi_util.h"
 #include "claim/inflight.h"
-#include "state/outcome.h"
 
 /*
  * The NOTIFY bound entry of a queue (caller holds the slot's lock), created
@@ -78,6 +82,41 @@ VqNotifyBoundLocked(VqDatabaseSlot *slot, const char *queue)
 }
 
 /*
+ * NOTIFY jobs of a queue that hold its capacity: taken by a consumer and not
+ * yet answered, or announced less than vq.notify_take_timeout_ms ago. One
+ * announced longer ago with no taker waits for a consumer without holding
+ * any: an absent consumer blocks nobody. In *all, all of them.
+ */
+static int
+ExternalInFlight(VqQueue *queue, TimestampTz now, int *all)
+{
+	static SPIPlanPtr inflight_plan = NULL;
+	Datum		values[2];
+	bool		isnull;
+
+	values[0] = queue->name_datum;
+	values[1] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now, -(int64) vq_notify_take_timeout_ms));
+	/*
+	 * Planned at each call (a custom plan): a generic plan made while
+	 * vq.job_active was empty (after a VACUUM or ANALYZE of it) is a
+	 * sequential scan, which every claim would then pay over the whole due
+	 * backlog; planned with the table's current size, it is a scan of
+	 * job_running_idx (worker_pid IS NULL and the queue: only its NOTIFY jobs in flight).
+	 */
+	if (SPI_execute_plan(VqKeepCustomPlan(&inflight_plan,
+								  "SELECT pg_catalog.count(*) FILTER (WHERE consumer_claimed_at IS NOT NULL"
+								  "  OR started_at OPERATOR(pg_catalog.>) $2)::pg_catalog.int4,"
+								  " pg_catalog.count(*)::pg_catalog.int4 FROM vq.job_active"
+								  " WHERE state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state AND worker_pid IS NULL"
+								  " AND queue OPERATOR(pg_catalog.=) $1",
+								  2, (Oid[]) {TEXTOID, TIMESTAMPTZOID}),
+						 values, NULL, false, 1) != SPI_OK_SELECT)	/* a fresh snapshot */
+		elog(ERROR, "vq_job: counting NOTIFY jobs in flight failed");
+	*all = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	return DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/*
  * Count a queue's NOTIFY jobs in flight in the table, and make the count the
  * queue's new bound. The bound's announcements start from zero before the
  * count's snapshot is taken, so every announcement is in the count or added
@@ -101,7 +140,7 @@ VqCountNotifyInFlight(VqQueue *queue, TimestampTz now)
 	}
 	LWLockRelease(VqMyDatabaseSlot->lock);
 
-	in_flight = VqExternalInFlight(queue, now, &all);
+	in_flight = ExternalInFlight(queue, now, &all);
 
 	LWLockAcquire(VqMyDatabaseSlot->lock, LW_EXCLUSIVE);
 	bound = FindNotifyBound(VqMyDatabaseSlot, queue->name, false);

@@ -433,7 +433,7 @@ ReadRescueCandidates(TimestampTz now, bool executors, bool notify)
 	Datum		values[1];
 	List	   *jobs = NIL;
 
-	/* (custom plans, for the reason given at VqExternalInFlight) */
+	/* (custom plans, for the reason given at ExternalInFlight in claim/inflight.c) */
 	if (executors)
 	{
 		if (SPI_execute_plan(VqKeepCustomPlan(&executors_plan, RESCUE_CANDIDATES " AND worker_pid IS NOT NULL",
@@ -597,39 +597,4 @@ VqFlushProgress(void)
 				   "  FOR UPDATE SKIP LOCKED))",
 				   4, (Oid[]) {UUIDARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID}),
 		  values, NULL);
-}
-
-/*
- * NOTIFY jobs of a queue that hold its capacity: taken by a consumer and not
- * yet answered, or announced less than vq.notify_take_timeout_ms ago. One
- * announced longer ago with no taker waits for a consumer without holding
- * any: an absent consumer blocks nobody. In *all, all of them.
- */
-int
-VqExternalInFlight(VqQueue *queue, TimestampTz now, int *all)
-{
-	static SPIPlanPtr inflight_plan = NULL;
-	Datum		values[2];
-	bool		isnull;
-
-	values[0] = queue->name_datum;
-	values[1] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now, -(int64) vq_notify_take_timeout_ms));
-	/*
-	 * Planned at each call (a custom plan): a generic plan made while
-	 * vq.job_active was empty (after a VACUUM or ANALYZE of it) is a
-	 * sequential scan, which every claim would then pay over the whole due
-	 * backlog; planned with the table's current size, it is a scan of
-	 * job_running_idx (worker_pid IS NULL and the queue: only its NOTIFY jobs in flight).
-	 */
-	if (SPI_execute_plan(VqKeepCustomPlan(&inflight_plan,
-								  "SELECT pg_catalog.count(*) FILTER (WHERE consumer_claimed_at IS NOT NULL"
-								  "  OR started_at OPERATOR(pg_catalog.>) $2)::pg_catalog.int4,"
-								  " pg_catalog.count(*)::pg_catalog.int4 FROM vq.job_active"
-								  " WHERE state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state AND worker_pid IS NULL"
-								  " AND queue OPERATOR(pg_catalog.=) $1",
-								  2, (Oid[]) {TEXTOID, TIMESTAMPTZOID}),
-						 values, NULL, false, 1) != SPI_OK_SELECT)	/* a fresh snapshot */
-		elog(ERROR, "vq_job: counting NOTIFY jobs in flight failed");
-	*all = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
-	return DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }

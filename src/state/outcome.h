@@ -48,11 +48,4 @@ extern bool VqAnyJobRunning(void);
 /* Save the live progress of the jobs the executors of this database run visibly. */
 extern void VqFlushProgress(void);
 
-/*
- * NOTIFY jobs of a queue that hold its capacity: taken and not yet answered,
- * or announced less than vq.notify_take_timeout_ms ago; in *all, every
- * RUNNING NOTIFY job of the queue.
- */
-extern int	VqExternalInFlight(VqQueue *queue, TimestampTz now, int *all);
-
 #endif							/* VQ_OUTCOME_H */
