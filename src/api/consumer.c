@@ -39,7 +39,6 @@
 #include "state/wakeup.h"
 #include "run/interceptors.h"
 #include "run/roles.h"
-#include "api/consumer.h"
 
 PG_FUNCTION_INFO_V1(vq_complete);
 PG_FUNCTION_INFO_V1(vq_fail);
@@ -237,17 +236,6 @@ vq_fail(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(Reply(fcinfo, error, 2));
 }
 
-/* The key of a row (priority, scheduled_at and execution_id at these columns). */
-static VqPullKey
-RowPullKey(HeapTuple tup, TupleDesc desc, int priority_col, int scheduled_col, int id_col)
-{
-	bool		isnull;
-
-	return VqMakePullKey(DatumGetInt32(SPI_getbinval(tup, desc, priority_col, &isnull)),
-						 DatumGetTimestampTz(SPI_getbinval(tup, desc, scheduled_col, &isnull)),
-						 DatumGetUUIDP(SPI_getbinval(tup, desc, id_col, &isnull)));
-}
-
 /*
  * Take up to max_jobs announced jobs of a handler after the key from, in pull
  * order; SPI_tuptable holds them, in that order (pulled's columns, then
@@ -331,7 +319,7 @@ FirstLeftBehind(VqHandler *handler, const VqPullKey *from, const VqPullKey *upto
 		/* (a row another pull updated shows that pull's xid; a multixact only when several locked it) */
 		TransactionId xmax = DatumGetTransactionId(SPI_getbinval(tup, SPI_tuptable->tupdesc, 4, &isnull));
 
-		*left = RowPullKey(tup, SPI_tuptable->tupdesc, 1, 2, 3);
+		*left = VqRowPullKey(tup, SPI_tuptable->tupdesc, 1, 2, 3);
 		if (i == LEFT_BEHIND_LOOK - 1 || !VqPullHeldByAnother(handler->name, xmax))
 			return true;
 	}
@@ -347,8 +335,8 @@ FirstLeftBehind(VqHandler *handler, const VqPullKey *from, const VqPullKey *upto
 static void
 NoteHowFarTaken(VqHandler *handler, const VqPullKey *from, SPITupleTable *taken)
 {
-	VqPullKey	first = RowPullKey(taken->vals[0], taken->tupdesc, 9, 7, 1);
-	VqPullKey	last = RowPullKey(taken->vals[taken->numvals - 1], taken->tupdesc, 9, 7, 1);
+	VqPullKey	first = VqRowPullKey(taken->vals[0], taken->tupdesc, 9, 7, 1);
+	VqPullKey	last = VqRowPullKey(taken->vals[taken->numvals - 1], taken->tupdesc, 9, 7, 1);
 	VqPullKey	left;
 
 	VqPullTaken(&first);
@@ -365,7 +353,7 @@ NoteTake(VqRegistry *registry, SPITupleTable *taken)
 {
 	char	   *handler_name = SPI_getvalue(taken->vals[0], taken->tupdesc, 3);
 	VqHandler  *handler = VqLookupHandler(registry, handler_name);
-	VqPullKey	key = RowPullKey(taken->vals[0], taken->tupdesc, 9, 7, 1);
+	VqPullKey	key = VqRowPullKey(taken->vals[0], taken->tupdesc, 9, 7, 1);
 	VqPullKey	from;
 	VqPullKey	left;
 
@@ -377,52 +365,6 @@ NoteTake(VqRegistry *registry, SPITupleTable *taken)
 	VqPullTaken(&key);
 	if (VqComparePullKeys(&key, &from) > 0)
 		VqPullMayMoveTo(&key, FirstLeftBehind(handler, &from, &key, &left) ? &left : NULL);
-}
-
-/*
- * Executor 0, with the claim positions check: move each pull position back to
- * an announced job no consumer took that lies behind it (LOG it when it was
- * there for more than a second: something moved the position past it).
- */
-void
-VqCheckPullPositions(TimestampTz now)
-{
-	static SPIPlanPtr behind_plan = NULL;
-	VqPullPosition *positions = palloc(sizeof(VqPullPosition) * VQ_MAX_PULL_HANDLERS);
-	int			n = VqPullPositions(positions, VQ_MAX_PULL_HANDLERS);
-	int			index_scans = VqIndexScansBegin();
-
-	for (int i = 0; i < n; i++)
-	{
-		Datum		values[4];
-		VqPullKey	key;
-		bool		isnull;
-		TimestampTz updated_at;
-
-		CHECK_FOR_INTERRUPTS();
-		values[0] = CStringGetTextDatum(positions[i].handler);
-		VqPullKeyDatums(&positions[i].pos, &values[1]);
-		if (SPI_execute_plan(VqKeepPlan(&behind_plan,
-								  "SELECT priority, scheduled_at, execution_id, updated_at FROM vq.job_active"
-								  " WHERE handler OPERATOR(pg_catalog.=) $1 AND" VQ_WAITING_FOR_CONSUMER
-								  " AND " VQ_PULL_KEY " OPERATOR(pg_catalog.<=) ROW($2, $3, $4)"
-								  " ORDER BY OPERATOR(pg_catalog.-) (priority::pg_catalog.int8), scheduled_at, execution_id"
-								  " LIMIT 1",
-								  4, (Oid[]) {TEXTOID, INT8OID, TIMESTAMPTZOID, UUIDOID}),
-							 values, NULL, false, 1) != SPI_OK_SELECT)
-			elog(ERROR, "vq_job: looking behind a pull position failed");
-		if (SPI_processed == 0)
-			continue;
-		key = RowPullKey(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, 2, 3);
-		updated_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull));
-		VqPullPositionLower(positions[i].handler, &key);
-		if (TimestampDifferenceExceeds(updated_at, now, 1000))
-			ereport(LOG,
-					(errmsg("vq_job: an announced job of handler \"%s\" (priority %d, scheduled at %s) was behind the pull position; pulls go back to it",
-							positions[i].handler, (int) -key.neg_priority, timestamptz_to_str(key.scheduled_at))));
-	}
-	VqIndexScansEnd(index_scans);
-	pfree(positions);
 }
 
 /*

@@ -43,9 +43,6 @@ extern bool VqClaimNext(VqRegistry *registry, TimestampTz now, bool use_hint,
 /* The earliest scheduled_at of an ENQUEUED job still in the future, or VQ_NO_NEXT_DUE. */
 extern TimestampTz VqEarliestFutureDue(VqRegistry *registry, TimestampTz now);
 
-/* Executor 0, every few seconds: move claim positions back to any due job they passed (see claim.c). */
-extern void VqCheckClaimPositions(VqRegistry *registry, TimestampTz now);
-
 /*
  * Set this executor's count of claimed, unfinished jobs. jobs_finished: jobs
  * ended (rather than a reservation left unused), so executors waiting for

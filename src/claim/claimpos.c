@@ -27,7 +27,7 @@
  *    with a query, and scanned from their start once.
  * A safety net checks it: every 10 s (less often when a look takes long)
  * executor 0 looks for a due job behind each level's position, and moves the
- * position back to any it finds (claim.c, VqCheckClaimPositions).
+ * position back to any it finds (poscheck.c).
  * A future job needs nothing: within its level, no claim can pass its key
  * before it is due. A queue whose levels are not all known, or a database
  * with more levels than fit (VQ_MAX_CLAIM_LEVELS), is claimed the plain way.
@@ -223,6 +223,15 @@ VqClaimPositionLower(VqDatabaseSlot *slot, const char *queue, int32 priority, Ti
 	for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
 		if ((l->claimers & ((uint64) 1 << i)) && CompareKeys(&key, &l->floor[i]) < 0)
 			l->floor[i] = key;
+}
+
+/* The positions check found a due job of (queue, priority) behind the position: move it back (takes the slot's lock). */
+void
+VqClaimPositionMoveBack(VqDatabaseSlot *slot, const char *queue, int32 priority, TimestampTz scheduled_at)
+{
+	LWLockAcquire(slot->lock, LW_EXCLUSIVE);
+	VqClaimPositionLower(slot, queue, priority, scheduled_at);
+	LWLockRelease(slot->lock);
 }
 
 /* Forget every position of a database. */

@@ -46,6 +46,9 @@ extern void VqClaimPositionsLearn(VqDatabaseSlot *slot, const char *queue, const
 /* Committed: jobs of (queue, priority) became ENQUEUED at scheduled_at or later (caller holds the slot's lock). */
 extern void VqClaimPositionLower(VqDatabaseSlot *slot, const char *queue, int32 priority, TimestampTz scheduled_at);
 
+/* The positions check found a due job of (queue, priority) behind the position: move it back to it. */
+extern void VqClaimPositionMoveBack(VqDatabaseSlot *slot, const char *queue, int32 priority, TimestampTz scheduled_at);
+
 /* Begin a relay: the id to scan the rows due at publication from; note that this executor relays. */
 extern int64 VqRelayPositionBegin(VqDatabaseSlot *slot, int executor);
 

@@ -32,11 +32,12 @@
  *  - resets: positions are forgotten with the claim positions (claimpos.c);
  *    then pulls scan from the start until one moves the position again.
  * Executor 0's positions check looks behind each position for an announced
- * job no consumer took and lowers the position to it (consumer.c).
+ * job no consumer took and lowers the position to it (poscheck.c).
  */
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "executor/spi.h"
 #include "miscadmin.h"
 #include "utils/resowner.h"
 
@@ -85,6 +86,17 @@ VqMakePullKey(int32 priority, TimestampTz scheduled_at, const pg_uuid_t *executi
 	key.scheduled_at = scheduled_at;
 	memcpy(&key.execution_id, execution_id, sizeof(pg_uuid_t));
 	return key;
+}
+
+/* The key of an SPI row whose priority, scheduled_at and execution_id are at these columns. */
+VqPullKey
+VqRowPullKey(HeapTuple tup, TupleDesc desc, int priority_col, int scheduled_col, int id_col)
+{
+	bool		isnull;
+
+	return VqMakePullKey(DatumGetInt32(SPI_getbinval(tup, desc, priority_col, &isnull)),
+						 DatumGetTimestampTz(SPI_getbinval(tup, desc, scheduled_col, &isnull)),
+						 DatumGetUUIDP(SPI_getbinval(tup, desc, id_col, &isnull)));
 }
 
 /* A key as SPI parameters (see pullpos.h). */

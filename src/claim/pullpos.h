@@ -7,6 +7,9 @@
 
 #include "postgres.h"
 
+#include "access/htup.h"
+#include "access/tupdesc.h"
+
 #include "main/shmem.h"
 
 /* An announced job no consumer took: the predicate of job_pull_idx, and not taken. */
@@ -18,6 +21,9 @@
 
 /* The key of a job in pull order. */
 extern VqPullKey VqMakePullKey(int32 priority, TimestampTz scheduled_at, const pg_uuid_t *execution_id);
+
+/* The key of an SPI row whose priority, scheduled_at and execution_id are at these columns (1-based). */
+extern VqPullKey VqRowPullKey(HeapTuple tup, TupleDesc desc, int priority_col, int scheduled_col, int id_col);
 
 /* A key as three SPI parameters (int8, timestamptz, uuid), into values[0..2]. */
 extern void VqPullKeyDatums(const VqPullKey *key, Datum *values);
