@@ -168,6 +168,19 @@ ReserveCapacity(const char *queue, int cap, int want, int *others, int *notify_b
 	return n;
 }
 
+/*
+ * An executor takes or leaves its entry: it has claimed nothing, waits for
+ * no queue and runs no limited handler (caller holds the slot's lock).
+ */
+void
+VqClaimAccountingReset(VqExecutorSlot *e)
+{
+	e->queue[0] = '\0';
+	e->claimed = 0;
+	e->capacity_wait[0] = '\0';
+	e->limited_handler[0] = '\0';
+}
+
 /* Set this executor's count of claimed, unfinished jobs (see claim.h). */
 void
 VqSetClaimed(int n, bool jobs_finished)
@@ -441,9 +454,7 @@ LearnLevels(VqQueue *queue)
 
 		priorities[i] = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
 	}
-	if (SPI_processed > VQ_MAX_CLAIM_LEVELS)
-		VqMyDatabaseSlot->positions.overflow = true;	/* (read unlocked: a hint; Learn sets it too) */
-	VqClaimPositionsLearn(VqMyDatabaseSlot, queue->name, priorities, n);
+	VqClaimPositionsLearn(VqMyDatabaseSlot, queue->name, priorities, n, SPI_processed > VQ_MAX_CLAIM_LEVELS);
 }
 
 /*
@@ -462,7 +473,7 @@ ClaimJobsByIndex(VqRegistry *registry, VqQueue *queue, int n, TimestampTz now, M
 
 	if (!VqClaimPositionsBegin(VqMyDatabaseSlot, VqMyExecutorIndex, queue->name, scans, &nscans))
 	{
-		if (VqMyDatabaseSlot->positions.overflow)
+		if (VqMyDatabaseSlot->positions.overflow)	/* (read unlocked: a hint) */
 			return ClaimFromStart(queue, n, now, excluded, mcxt);
 		LearnLevels(queue);
 		if (!VqClaimPositionsBegin(VqMyDatabaseSlot, VqMyExecutorIndex, queue->name, scans, &nscans))

@@ -10,6 +10,7 @@
 #include "nodes/pg_list.h"
 #include "utils/timestamp.h"
 
+#include "main/shmem.h"
 #include "cache/registry.h"
 
 /* What one claim took: due jobs of one queue, in claim order. */
@@ -42,6 +43,9 @@ extern bool VqClaimNext(VqRegistry *registry, TimestampTz now, bool use_hint,
 
 /* The earliest scheduled_at of an ENQUEUED job still in the future, or VQ_NO_NEXT_DUE. */
 extern TimestampTz VqEarliestFutureDue(VqRegistry *registry, TimestampTz now);
+
+/* An executor takes or leaves its entry: no claim, no wait, no handler turn (caller holds the slot's lock). */
+extern void VqClaimAccountingReset(VqExecutorSlot *e);
 
 /*
  * Set this executor's count of claimed, unfinished jobs. jobs_finished: jobs

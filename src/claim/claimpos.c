@@ -39,6 +39,7 @@
 #include "utils/timestamp.h"
 
 #include "claim/claimpos.h"
+#include "claim/pullpos.h"
 
 /* -infinity: before every key. */
 static const VqClaimKey KeyMin = {DT_NOBEGIN, {{0}}};
@@ -183,12 +184,14 @@ VqClaimPositionsEnd(VqDatabaseSlot *slot, int executor, const char *queue, VqCla
 
 /* The levels a query found in a queue: claims scan each from its start (see claimpos.h). */
 void
-VqClaimPositionsLearn(VqDatabaseSlot *slot, const char *queue, const int32 *priorities, int n)
+VqClaimPositionsLearn(VqDatabaseSlot *slot, const char *queue, const int32 *priorities, int n, bool more)
 {
 	VqClaimPositions *p = &slot->positions;
 	int			free_known = -1;
 
 	LWLockAcquire(slot->lock, LW_EXCLUSIVE);
+	if (more)
+		p->overflow = true;		/* more levels than fit: claims fall back to the plain scan */
 	for (int i = 0; i < n; i++)
 		(void) FindLevel(p, queue, priorities[i], true);
 	/* jobs may predate what commits lowered the levels to: all from the start */
@@ -234,11 +237,12 @@ VqClaimPositionMoveBack(VqDatabaseSlot *slot, const char *queue, int32 priority,
 	LWLockRelease(slot->lock);
 }
 
-/* Forget every position of a database. */
+/* Forget every position of a database: the claims', the relay's and the pulls' (pullpos.c). */
 void
 VqClaimPositionsForget(VqDatabaseSlot *slot)
 {
 	memset(&slot->positions, 0, sizeof(VqClaimPositions));
+	VqPullPositionsForget(slot);
 }
 
 /* Begin a relay (see claimpos.h). */

@@ -39,9 +39,11 @@ extern void VqClaimPositionsEnd(VqDatabaseSlot *slot, int executor, const char *
 
 /*
  * The priority levels that have ENQUEUED jobs in a queue, as a query found
- * them: from now on claims scan them, each from its start.
+ * them (more: it found more than VQ_MAX_CLAIM_LEVELS): from now on claims
+ * scan them, each from its start.
  */
-extern void VqClaimPositionsLearn(VqDatabaseSlot *slot, const char *queue, const int32 *priorities, int n);
+extern void VqClaimPositionsLearn(VqDatabaseSlot *slot, const char *queue, const int32 *priorities, int n,
+								  bool more);
 
 /* Committed: jobs of (queue, priority) became ENQUEUED at scheduled_at or later (caller holds the slot's lock). */
 extern void VqClaimPositionLower(VqDatabaseSlot *slot, const char *queue, int32 priority, TimestampTz scheduled_at);
@@ -62,7 +64,7 @@ extern void VqRelayPositionEnd(VqDatabaseSlot *slot, int executor, int64 last);
 /* Committed: outbox rows due at once, the lowest with this id (caller holds the slot's lock). */
 extern void VqRelayPositionLower(VqDatabaseSlot *slot, int64 id);
 
-/* Forget every position of a database (caller holds the slot's lock). */
+/* Forget every position of a database, the pulls' too (caller holds the slot's lock). */
 extern void VqClaimPositionsForget(VqDatabaseSlot *slot);
 
 #endif							/* VQ_CLAIMPOS_H */

@@ -147,7 +147,7 @@ FindPosition(VqDatabaseSlot *slot, const char *handler, bool create)
 
 	for (int i = 0; i < VQ_MAX_PULL_HANDLERS; i++)
 	{
-		VqPullPosition *p = &slot->positions.pulls[i];
+		VqPullPosition *p = &slot->pulls.pulls[i];
 
 		if (strcmp(p->handler, handler) == 0)
 			return p;
@@ -171,7 +171,7 @@ LowerLocked(VqDatabaseSlot *slot, const char *handler, const VqPullKey *key)
 		p->pos = KeyBefore(key);
 	for (int i = 0; i < VQ_MAX_PULLERS; i++)
 	{
-		VqPuller   *q = &slot->positions.pullers[i];
+		VqPuller   *q = &slot->pulls.pullers[i];
 
 		if (q->ticket != 0 && strcmp(q->handler, handler) == 0 && VqComparePullKeys(key, &q->floor) < 0)
 			q->floor = *key;
@@ -190,7 +190,7 @@ EndPullsLocked(VqDatabaseSlot *slot, void *arg)
 
 	for (int k = 0; k < n_pending; k++)
 	{
-		VqPuller   *q = &slot->positions.pullers[pending[k].puller];
+		VqPuller   *q = &slot->pulls.pullers[pending[k].puller];
 		VqPullPosition *p;
 		VqPullKey	to;
 		bool		mine = q->ticket == pending[k].ticket;	/* (else forgotten meanwhile) */
@@ -277,7 +277,7 @@ BeginLocked(VqDatabaseSlot *slot, void *arg)
 	a->registered = false;
 	for (int i = 0; i < VQ_MAX_PULLERS && a->may_move && !a->registered; i++)
 	{
-		VqPuller   *q = &slot->positions.pullers[i];
+		VqPuller   *q = &slot->pulls.pullers[i];
 
 		if (q->ticket != 0)
 			continue;
@@ -337,7 +337,7 @@ static void
 TakenLocked(VqDatabaseSlot *slot, void *arg)
 {
 	TakenArgs  *a = arg;
-	VqPuller   *q = &slot->positions.pullers[a->puller];
+	VqPuller   *q = &slot->pulls.pullers[a->puller];
 
 	if (q->ticket == a->ticket)
 		q->xid = a->xid;
@@ -385,7 +385,7 @@ HeldLocked(VqDatabaseSlot *slot, void *arg)
 
 	for (int i = 0; i < VQ_MAX_PULLERS && !a->held; i++)
 	{
-		VqPuller   *q = &slot->positions.pullers[i];
+		VqPuller   *q = &slot->pulls.pullers[i];
 
 		a->held = q->ticket != 0 && q->xid == a->xid && strcmp(q->handler, a->handler) == 0;
 	}
@@ -401,6 +401,13 @@ VqPullHeldByAnother(const char *handler, TransactionId xid)
 		return false;
 	(void) VqWithDatabaseSlot(MyDatabaseId, LW_SHARED, HeldLocked, &a);
 	return a.held;
+}
+
+/* Forget every pull position of a database, and the pulls in flight (caller holds the slot's lock). */
+void
+VqPullPositionsForget(VqDatabaseSlot *slot)
+{
+	memset(&slot->pulls, 0, sizeof(VqPulls));
 }
 
 /* A job announced in this transaction (see pullpos.h). */
@@ -430,9 +437,9 @@ AnnouncedLocked(VqDatabaseSlot *slot, void *arg)
 {
 	if (announced_overflow)
 	{
-		memset(slot->positions.pulls, 0, sizeof(slot->positions.pulls));
+		memset(slot->pulls.pulls, 0, sizeof(slot->pulls.pulls));
 		for (int i = 0; i < VQ_MAX_PULLERS; i++)
-			slot->positions.pullers[i].floor = PullKeyMin;
+			slot->pulls.pullers[i].floor = PullKeyMin;
 	}
 	for (int i = 0; i < n_announced; i++)
 		LowerLocked(slot, announced[i].handler, &announced[i].low);
@@ -517,8 +524,8 @@ CopyLocked(VqDatabaseSlot *slot, void *arg)
 	CopyArgs   *a = arg;
 
 	for (int i = 0; i < VQ_MAX_PULL_HANDLERS && a->n < a->max; i++)
-		if (slot->positions.pulls[i].handler[0] != '\0')
-			a->out[a->n++] = slot->positions.pulls[i];
+		if (slot->pulls.pulls[i].handler[0] != '\0')
+			a->out[a->n++] = slot->pulls.pulls[i];
 }
 
 /* The positions (see pullpos.h). */

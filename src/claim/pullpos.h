@@ -71,6 +71,9 @@ extern void VqPullAnnouncementsCommitted(void);
 /* A job of the handler is waiting at key (the positions check found it): lower the position to it. */
 extern void VqPullPositionLower(const char *handler, const VqPullKey *key);
 
+/* Forget every pull position of a database, and the pulls in flight (caller holds the slot's lock; claimpos.c). */
+extern void VqPullPositionsForget(VqDatabaseSlot *slot);
+
 /* The position of a handler (before every job when it has none): no job waits behind it. */
 extern VqPullKey VqPullPositionOf(const char *handler);
 

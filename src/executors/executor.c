@@ -187,12 +187,10 @@ AttachSlot(void)
 		e->started_at = GetCurrentTimestamp();
 		e->latch = MyLatch;
 		pg_atomic_write_u32(&e->sleeping, 0);
-		e->queue[0] = '\0';
-		e->claimed = 0;
-		e->capacity_wait[0] = '\0';
-		e->running_visible = false;
-		e->limited_handler[0] = '\0';
-		memset(&e->job, 0, sizeof(VqRunningJob));
+		/* what a predecessor in the entry left (it may have died mid-run) goes: each part by its owner */
+		VqClaimAccountingReset(e);
+		VqRunningVisibleReset(e);
+		VqRunningJobReset(e);
 		VqLiveLogReset(&e->log);
 		LWLockRelease(VqMyDatabaseSlot->lock);
 		VqMyExecutorSlot = e;
@@ -215,9 +213,8 @@ DetachSlot(int code, Datum arg)
 	{
 		VqMyExecutorSlot->pid = 0;
 		VqMyExecutorSlot->latch = NULL;
-		VqMyExecutorSlot->claimed = 0;
-		VqMyExecutorSlot->capacity_wait[0] = '\0';
-		VqMyExecutorSlot->running_visible = false;
+		VqClaimAccountingReset(VqMyExecutorSlot);
+		VqRunningVisibleReset(VqMyExecutorSlot);
 	}
 	LWLockRelease(VqMyDatabaseSlot->lock);
 	/* the others' rescue looks for jobs it may have left RUNNING (outcome.c): wake one that sleeps */

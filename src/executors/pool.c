@@ -185,6 +185,13 @@ VqSetRunningVisible(bool running, VqJob *job, int waiting)
 		enable_timeout_after(ask_timeout, ASK_AFTER_MS);
 }
 
+/* An executor takes or leaves its entry: it runs no job claimed visibly (caller holds the slot's lock). */
+void
+VqRunningVisibleReset(VqExecutorSlot *e)
+{
+	e->running_visible = false;
+}
+
 /* Set up the handler timings and the timeout that asks for executors (once per executor). */
 void
 VqPoolInit(void)

@@ -21,6 +21,9 @@ extern bool VqRunsInline(const char *handler);
 /* Remember how long a handler took, here and for the database's other executors. */
 extern void VqNoteDuration(const char *handler, int64 duration_us);
 
+/* An executor takes or leaves its entry: it runs no job claimed visibly (caller holds the slot's lock). */
+extern void VqRunningVisibleReset(VqExecutorSlot *e);
+
 /* The launcher: a database takes the slot, with no handler timings (caller holds the slot's lock exclusively). */
 extern void VqHandlerTimingsForget(VqDatabaseSlot *slot);
 

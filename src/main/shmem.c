@@ -146,29 +146,6 @@ VqWithDatabaseSlot(Oid dboid, LWLockMode mode, void (*fn) (VqDatabaseSlot *slot,
 	return slot != NULL;
 }
 
-/*
- * The executor starts writing its running job: readers that see an odd
- * count, or a count that moved while they copied, copy again. No error may
- * interrupt a write (a reader would spin forever), hence the critical section.
- */
-void
-VqBeginJobWrite(VqExecutorSlot *e)
-{
-	START_CRIT_SECTION();
-	((volatile VqExecutorSlot *) e)->changecount++;
-	pg_write_barrier();
-}
-
-/* The executor is done writing its running job. */
-void
-VqEndJobWrite(VqExecutorSlot *e)
-{
-	pg_write_barrier();
-	((volatile VqExecutorSlot *) e)->changecount++;
-	Assert((e->changecount & 1) == 0);
-	END_CRIT_SECTION();
-}
-
 /* A consistent copy of another executor's running job; false when it runs none. */
 bool
 VqReadRunningJob(VqExecutorSlot *e, VqRunningJob *copy)

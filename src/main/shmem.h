@@ -1,45 +1,44 @@
 /*
- * shmem.h: vq_job's shared state, and who owns each piece of it.
+ * shmem.h: vq_job's shared state, and the one module that writes each piece
+ * of it (the others ask that module, through its functions; who reads what
+ * is in docs/internals.md).
  *
  * One slot per served database, assigned by the launcher; inside it one entry
- * per executor process. Every field has one writer, or is a request box that
- * others write and one process reads:
+ * per executor process. shmem.c creates all of it at startup (every lock,
+ * every initial value) and writes nothing after that but this process's
+ * VqMy* pointers. Then:
  *
- *  - VqShared->launcher_*: the launcher, under VqShared->lock.
- *  - VqShared->server_read_only: the launcher (an atomic): the server's own
- *    default_transaction_read_only (the executors pin theirs off, whatever
- *    their database's or role's defaults say, and look here instead).
- *  - VqShared->extension_changes: an atomic moved by committing CREATE / DROP
- *    EXTENSION (wakeup.c); the launcher reads it to probe again the databases
- *    it found without the extension (they hold no slot, so nothing else tells).
- *  - slot->dboid: the launcher, under VqShared->lock (finding a database's
- *    slot takes it in shared mode).
- *  - slot->state, state_since: the launcher, under the slot's lock.
- *  - slot->request: requests to the launcher (stop the executors until a
- *    time; what an executor found when it looked for the extension), written
- *    by whoever asks, under the slot's lock; the launcher acts on them.
- *  - slot->wake_count, relay_wake_count, callback_wake_count, next_due,
- *    due_queue_hint, extension_generation: atomics moved by committing
- *    backends (wakeup.c), read by the executors.
- *  - slot->cancel_seq[i]: a request box to executor i (vq_cancel writes the
- *    sequence number of the run to flag; executor i reads it).
- *  - slot->executors_wanted: a request box to the launcher (executors raise it
- *    to the number of executors they want started; the launcher takes and
- *    zeroes it).
- *  - slot->handler_timings: hints, written by any executor after a run (the
- *    last writer wins), read by the others.
- *  - slot->positions: where claims got to in each (queue, priority), under
- *    the slot's lock: executors advance them after a claim, and every commit
- *    that makes a job ENQUEUED lowers them (claimpos.c).
- *  - slot->saver_pid: the saver of the database (saver.c), under the slot's
- *    lock; read by those who wait for the database's processes to leave.
- *  - slot->executors[i]: executor i only (see VqExecutorSlot), but the
- *    saver's part of its live log (VqLiveLog).
+ *  - VqShared->launcher_pid, launcher_latch, slot->dboid (under
+ *    VqShared->lock), slot->state, state_since (under the slot's lock),
+ *    VqShared->server_read_only (an atomic: the server's own
+ *    default_transaction_read_only; the executors pin theirs off, whatever
+ *    their database's or role's defaults say, and look here instead):
+ *    launcher/launcher.c.
+ *  - slot->request and executors_wanted: main/requests.c, for whoever asks
+ *    the launcher something (a stop until a time; an executor's report of
+ *    the extension; executors on demand); the launcher reads and takes them
+ *    there.
+ *  - VqShared->extension_changes, slot->wake_count, relay_wake_count,
+ *    callback_wake_count, next_due, due_queue_hint, extension_generation
+ *    (atomics): main/wake.c, for committing backends (state/wakeup.c) and
+ *    executors (the next due time they looked up, the hint they take).
+ *  - slot->positions: claim/claimpos.c; slot->pulls and pull_tickets:
+ *    claim/pullpos.c (claimpos.c has it forget them with the claim
+ *    positions); slot->notify_bounds: claim/inflight.c. All under the slot's
+ *    lock (overflow is also read without it, as a hint).
+ *  - slot->cancel_seq[i] (atomics): run/jobapi.c, for vq_cancel (the run of
+ *    executor i to flag).
+ *  - slot->handler_timings (atomics, last writer wins): executors/pool.c.
+ *  - slot->executor_exits, notify_sweep_at (atomics): executors/executor.c.
+ *  - slot->saver_pid: executors/saver.c, under the slot's lock.
+ *  - slot->executors[i]: written by executor i only, field by field by one
+ *    module (see VqExecutorSlot), but the saver's part of its live log.
  *
  * Two segments of their own: the prepared transactions' wake-up notes
- * (prepared.c: written and taken by the sessions that prepare and finish
- * them, under its lock) and the sessions restoring into a database
- * (restore.c: each writes its own entry, under its lock; executors read).
+ * (state/prepared.c: written and taken by the sessions that prepare and
+ * finish them, under its lock) and the sessions restoring into a database
+ * (executors/restore.c: each writes its own entry, under its lock; executors
+ * read).
  */
 #ifndef VQ_SHMEM_H
 #define VQ_SHMEM_H
@@ -158,9 +157,14 @@ typedef struct VqClaimPositions
 	char		known[VQ_MAX_CLAIM_QUEUES][VQ_NAME_MAX + 1];	/* queues whose levels are all here ('' = free) */
 	VqClaimLevel levels[VQ_MAX_CLAIM_LEVELS];
 	VqRelayPosition relay;
+} VqClaimPositions;
+
+/* The pull positions of a database and the pulls in flight (forgotten with the claim positions). */
+typedef struct VqPulls
+{
 	VqPullPosition pulls[VQ_MAX_PULL_HANDLERS];
 	VqPuller	pullers[VQ_MAX_PULLERS];
-} VqClaimPositions;
+} VqPulls;
 
 /*
  * An upper bound of a queue's NOTIFY jobs in flight (announced and not
@@ -168,7 +172,7 @@ typedef struct VqClaimPositions
  * bound leaves room: the count walks every row version of the queue's NOTIFY
  * jobs, which a held snapshot keeps. The bound is the last count plus every
  * announcement committed since that count began; it never goes down but by
- * a new count. See claim.c (RoomInQueue).
+ * a new count. See inflight.c (and RoomInQueue in claim.c).
  */
 typedef struct VqNotifyBound
 {
@@ -179,7 +183,7 @@ typedef struct VqNotifyBound
 	int			since;			/* announcements committed since it began */
 } VqNotifyBound;
 
-/* Requests to the launcher about one database (under the slot's lock). */
+/* Requests to the launcher about one database (under the slot's lock; written by requests.c). */
 typedef struct VqLauncherRequest
 {
 	TimestampTz stop_until;		/* keep the executors stopped until then (0: no request) */
@@ -188,9 +192,9 @@ typedef struct VqLauncherRequest
 } VqLauncherRequest;
 
 /*
- * The job an executor runs now. Written by that executor only, with the
- * changecount protocol (VqBeginJobWrite / VqEndJobWrite); read by others
- * without a lock through VqReadRunningJob.
+ * The job an executor runs now. Written by that executor only (run/jobapi.c),
+ * with the changecount protocol; read by others without a lock through
+ * VqReadRunningJob.
  */
 typedef struct VqRunningJob
 {
@@ -210,8 +214,8 @@ typedef struct VqRunningJob
 #define VQ_LIVE_LOG_BYTES 4096
 
 /*
- * The live log of an executor's running job (see livelog.c): a ring of
- * VQ_LIVE_LOG_BYTES. The running executor appends lines without a lock
+ * The live log of an executor's running job, written by run/livelog.c only:
+ * a ring of VQ_LIVE_LOG_BYTES. The running executor appends lines without a lock
  * (seq, head and the bytes between tail and head are its own); the saver
  * copies lines out and, once its insert committed, moves tail (tail,
  * saved_lines, saving: the saver's, under the database slot's lock); the
@@ -227,61 +231,69 @@ typedef struct VqLiveLog
 	char		buf[VQ_LIVE_LOG_BYTES];
 } VqLiveLog;
 
-/* One executor process; every field is written by that executor only (but the saver's part of the live log). */
+/*
+ * One executor process. Every field is written by that executor only (but
+ * the saver's part of the live log), each by one module: when an executor
+ * takes or leaves its entry, executor.c has each module reset its part.
+ */
 typedef struct VqExecutorSlot
 {
-	/* identity, set at start and cleared at exit, under the slot's lock */
+	/* identity, set at start and cleared at exit, under the slot's lock: executors/executor.c */
 	int			pid;			/* 0 when the entry is free */
 	TimestampTz started_at;		/* with pid, identifies this incarnation in vq.job.worker_* */
 	Latch	   *latch;
-	/* waiting on its latch: the one to wake for new work (read without a lock, see wakeup.c) */
+	/* waiting on its latch: the one to wake for new work (read without a lock by main/wake.c): executor.c */
 	pg_atomic_uint32 sleeping;
-	/* claim accounting, under the slot's lock (a claim reads every executor's count at once) */
+	/* claim accounting, under the slot's lock (a claim reads every executor's count at once): claim/claim.c */
 	char		queue[VQ_NAME_MAX + 1];	/* the queue of its claimed jobs */
 	int			claimed;		/* jobs claimed (or reserved) and not finished */
 	char		capacity_wait[VQ_NAME_MAX + 1];	/* a queue it found at capacity ('' = none) */
-	bool		running_visible;	/* runs a job claimed visibly: claims nothing until it ends */
 	char		limited_handler[VQ_NAME_MAX + 1];	/* runs a job of this handler, which has max_running ('' = none) */
-	/* the job running now: changecount protocol */
+	/* runs a job claimed visibly: claims nothing until it ends (slot lock): executors/pool.c */
+	bool		running_visible;
+	/* the job running now, changecount protocol: run/jobapi.c */
 	uint32		changecount;
 	VqRunningJob job;
+	/* its log lines while it runs: run/livelog.c */
 	VqLiveLog	log;
 } VqExecutorSlot;
 
+/* One served database. Each field's one writer is named after it (see the notes above). */
 typedef struct VqDatabaseSlot
 {
-	LWLock	   *lock;			/* this database's lock (see the ownership notes above) */
-	Oid			dboid;			/* InvalidOid when free */
-	VqDatabaseState state;
-	TimestampTz state_since;
-	VqLauncherRequest request;
-	pg_atomic_uint64 wake_count;	/* commits that enqueued due work */
-	pg_atomic_uint64 relay_wake_count;	/* commits that published outbox rows due now */
-	pg_atomic_uint64 callback_wake_count;	/* commits that queued callbacks for an executor (deferred.c) */
-	pg_atomic_uint64 next_due;	/* earliest future scheduled_at enqueued (TimestampTz) */
-	pg_atomic_uint32 due_queue_hint;	/* VqNameHash of a queue that just got due jobs (0: none) */
-	pg_atomic_uint64 extension_generation;	/* CREATE / DROP EXTENSION vq_job commits */
-	pg_atomic_uint64 cancel_seq[VQ_MAX_EXECUTORS];	/* run to flag cancelled, per executor */
-	pg_atomic_uint32 executors_wanted;	/* most executors any executor asked for since the launcher took it */
-	pg_atomic_uint64 executor_exits;	/* executors of this database that left their slot */
-	pg_atomic_uint64 notify_sweep_at;	/* when an executor last looked at the NOTIFY jobs in flight */
-	/* handlers' recent execution times, shared so a new executor knows which run inline (see executor.c) */
+	LWLock	   *lock;			/* this database's lock (shmem.c, at startup) */
+	Oid			dboid;			/* InvalidOid when free (launcher.c) */
+	VqDatabaseState state;		/* launcher.c */
+	TimestampTz state_since;	/* launcher.c */
+	VqLauncherRequest request;	/* requests.c */
+	pg_atomic_uint64 wake_count;	/* commits that enqueued due work (wake.c) */
+	pg_atomic_uint64 relay_wake_count;	/* commits that published outbox rows due now (wake.c) */
+	pg_atomic_uint64 callback_wake_count;	/* commits that queued callbacks for an executor (wake.c) */
+	pg_atomic_uint64 next_due;	/* earliest future scheduled_at enqueued, TimestampTz (wake.c) */
+	pg_atomic_uint32 due_queue_hint;	/* VqNameHash of a queue that just got due jobs, 0: none (wake.c) */
+	pg_atomic_uint64 extension_generation;	/* CREATE / DROP EXTENSION vq_job commits (wake.c) */
+	pg_atomic_uint64 cancel_seq[VQ_MAX_EXECUTORS];	/* run to flag cancelled, per executor (jobapi.c) */
+	pg_atomic_uint32 executors_wanted;	/* most executors asked for since the launcher took it (requests.c) */
+	pg_atomic_uint64 executor_exits;	/* executors of this database that left their slot (executor.c) */
+	pg_atomic_uint64 notify_sweep_at;	/* when an executor last looked at the NOTIFY jobs in flight (executor.c) */
+	/* handlers' recent execution times, shared so a new executor knows which run inline (pool.c) */
 	pg_atomic_uint64 handler_timings[VQ_HANDLER_TIMINGS];
-	VqClaimPositions positions; /* under the slot's lock: advanced by claims, lowered by commits */
-	VqNotifyBound notify_bounds[VQ_MAX_CLAIM_QUEUES];	/* under the slot's lock */
-	uint64		pull_tickets;	/* under the slot's lock: pulls begun (never reset, unlike positions) */
-	int			saver_pid;		/* the saver connected to the database (saver.c; 0: none), under the slot's lock */
+	VqClaimPositions positions; /* slot lock; advanced by claims, lowered by commits (claimpos.c) */
+	VqPulls		pulls;			/* slot lock; advanced by pulls, lowered by announcements (pullpos.c) */
+	VqNotifyBound notify_bounds[VQ_MAX_CLAIM_QUEUES];	/* slot lock (inflight.c) */
+	uint64		pull_tickets;	/* slot lock; pulls begun, never reset unlike the positions (pullpos.c) */
+	int			saver_pid;		/* the saver connected to the database, 0: none; slot lock (saver.c) */
 	VqExecutorSlot executors[VQ_MAX_EXECUTORS];
 } VqDatabaseSlot;
 
 typedef struct VqSharedState
 {
-	LWLock	   *lock;			/* slot assignment and the launcher's identity */
-	int			launcher_pid;
-	Latch	   *launcher_latch;
-	pg_atomic_uint64 extension_changes; /* CREATE / DROP EXTENSION vq_job commits in any database */
-	pg_atomic_uint32 server_read_only;	/* the launcher: the server's default_transaction_read_only is on */
-	int			nslots;
+	LWLock	   *lock;			/* slot assignment and the launcher's identity (shmem.c, at startup) */
+	int			launcher_pid;	/* launcher.c */
+	Latch	   *launcher_latch; /* launcher.c */
+	pg_atomic_uint64 extension_changes; /* CREATE / DROP EXTENSION vq_job commits in any database (wake.c) */
+	pg_atomic_uint32 server_read_only;	/* the server's default_transaction_read_only is on (launcher.c) */
+	int			nslots;			/* vq.max_databases (shmem.c, at startup) */
 	VqDatabaseSlot slots[FLEXIBLE_ARRAY_MEMBER];
 } VqSharedState;
 
@@ -314,9 +326,6 @@ extern VqDatabaseSlot *VqFindDatabaseSlot(Oid dboid);
 extern bool VqWithDatabaseSlot(Oid dboid, LWLockMode mode,
 							   void (*fn) (VqDatabaseSlot *slot, void *arg), void *arg);
 
-/* The changecount protocol for VqExecutorSlot.job (writer: the executor itself). */
-extern void VqBeginJobWrite(VqExecutorSlot *e);
-extern void VqEndJobWrite(VqExecutorSlot *e);
 /* A consistent copy of another executor's running job (false: none running). */
 extern bool VqReadRunningJob(VqExecutorSlot *e, VqRunningJob *copy);
 

@@ -60,6 +60,36 @@ static Oid	job_context_type = InvalidOid;
 static uint64 run_seq = 0;
 
 /*
+ * The executor starts writing its running job: readers that see an odd
+ * count, or a count that moved while they copied, copy again. No error may
+ * interrupt a write (a reader would spin forever), hence the critical section.
+ */
+static void
+BeginJobWrite(VqExecutorSlot *e)
+{
+	START_CRIT_SECTION();
+	((volatile VqExecutorSlot *) e)->changecount++;
+	pg_write_barrier();
+}
+
+/* The executor is done writing its running job. */
+static void
+EndJobWrite(VqExecutorSlot *e)
+{
+	pg_write_barrier();
+	((volatile VqExecutorSlot *) e)->changecount++;
+	Assert((e->changecount & 1) == 0);
+	END_CRIT_SECTION();
+}
+
+/* An executor takes its entry: it runs no job (caller holds the slot's lock; no reader copies it meanwhile). */
+void
+VqRunningJobReset(VqExecutorSlot *e)
+{
+	memset(&e->job, 0, sizeof(VqRunningJob));
+}
+
+/*
  * A job starts: publish it in shared memory, start an empty log. Runs are
  * numbered from the executor's start time in microseconds, so that no two
  * incarnations of an executor slot ever give two runs the same number (a
@@ -79,7 +109,7 @@ VqJobApiBegin(VqJob *job)
 	if (run_seq == 0)
 		run_seq = (uint64) VqMyExecutorSlot->started_at;
 
-	VqBeginJobWrite(VqMyExecutorSlot);
+	BeginJobWrite(VqMyExecutorSlot);
 	r->running = true;
 	r->seq = ++run_seq;
 	memcpy(&r->execution_id, &job->execution_id, sizeof(pg_uuid_t));
@@ -90,7 +120,7 @@ VqJobApiBegin(VqJob *job)
 	r->progress_total = -1;
 	r->progress_succeeded = 0;
 	r->progress_failed = 0;
-	VqEndJobWrite(VqMyExecutorSlot);
+	EndJobWrite(VqMyExecutorSlot);
 	VqLiveLogBegin(r->seq);
 }
 
@@ -104,9 +134,9 @@ VqJobApiEnd(VqOutcome *outcome)
 	outcome->progress_total = Max(r->progress_total, 0);
 	outcome->progress_succeeded = r->progress_succeeded;
 	outcome->progress_failed = r->progress_failed;
-	VqBeginJobWrite(VqMyExecutorSlot);
+	BeginJobWrite(VqMyExecutorSlot);
 	r->running = false;
-	VqEndJobWrite(VqMyExecutorSlot);
+	EndJobWrite(VqMyExecutorSlot);
 	current_job = NULL;
 }
 
@@ -284,9 +314,9 @@ vq_progress_set_total(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_VQ_INVALID_ARGUMENT),
 				 errmsg("progress total must be zero or more")));
-	VqBeginJobWrite(VqMyExecutorSlot);
+	BeginJobWrite(VqMyExecutorSlot);
 	VqMyExecutorSlot->job.progress_total = PG_GETARG_INT64(0);
-	VqEndJobWrite(VqMyExecutorSlot);
+	EndJobWrite(VqMyExecutorSlot);
 	PG_RETURN_VOID();
 }
 
@@ -302,10 +332,10 @@ vq_progress_add(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_VQ_INVALID_ARGUMENT),
 				 errmsg("progress counts must be zero or more")));
-	VqBeginJobWrite(VqMyExecutorSlot);
+	BeginJobWrite(VqMyExecutorSlot);
 	VqMyExecutorSlot->job.progress_succeeded += succeeded;
 	VqMyExecutorSlot->job.progress_failed += failed;
-	VqEndJobWrite(VqMyExecutorSlot);
+	EndJobWrite(VqMyExecutorSlot);
 	PG_RETURN_VOID();
 }
 

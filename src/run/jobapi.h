@@ -8,6 +8,10 @@
 #include "postgres.h"
 
 #include "main/job.h"
+#include "main/shmem.h"
+
+/* An executor takes its entry: it runs no job (caller holds the slot's lock). */
+extern void VqRunningJobReset(VqExecutorSlot *e);
 
 /* A job starts in this executor: publish it, start an empty log. */
 extern void VqJobApiBegin(VqJob *job);
