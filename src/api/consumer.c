@@ -166,9 +166,7 @@ Reply(FunctionCallInfo fcinfo, const char *error, int attempt_arg)
 				 errmsg("execution_id must not be null")));
 	id = PG_GETARG_UUID_P(0);
 
-	VqBecomeOwner(registry->owner, &saved);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "vq_job: SPI_connect failed");
+	VqConnectAsOwner(registry->owner, &saved);
 	job = LoadJobForConsumer(id, caller, &state, &external, &cancel_requested);
 	if (job == NULL)
 		ereport(ERROR,
@@ -211,8 +209,7 @@ Reply(FunctionCallInfo fcinfo, const char *error, int attempt_arg)
 				 errmsg("reply ignored: %s", ignored),
 				 errdetail("The reply was for job %s.",
 						   DatumGetCString(DirectFunctionCall1(uuid_out, UUIDPGetDatum(id))))));
-	SPI_finish();
-	VqRestoreUser(&saved);
+	VqFinishAsOwner(&saved);
 	return accepted;
 }
 
@@ -417,9 +414,7 @@ vq_pull(PG_FUNCTION_ARGS)
 
 	store = VqMaterializeResult(fcinfo, &desc);
 
-	VqBecomeOwner(registry->owner, &saved);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "vq_job: SPI_connect failed");
+	VqConnectAsOwner(registry->owner, &saved);
 	(void) VqPullBegin(handler_name, &from);
 	taken = TakeWaitingJobs(handler, max_jobs, caller, GrantedConsumer(caller, handler_name), &from);
 
@@ -433,8 +428,7 @@ vq_pull(PG_FUNCTION_ARGS)
 	}
 	if (taken > 0 && VqPullMayMove())
 		NoteHowFarTaken(handler, &from, SPI_tuptable);
-	SPI_finish();
-	VqRestoreUser(&saved);
+	VqFinishAsOwner(&saved);
 	return (Datum) 0;
 }
 
@@ -473,9 +467,7 @@ vq_take(PG_FUNCTION_ARGS)
 
 	store = VqMaterializeResult(fcinfo, &desc);
 	registry = VqRegistryGet();
-	VqBecomeOwner(registry->owner, &saved);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "vq_job: SPI_connect failed");
+	VqConnectAsOwner(registry->owner, &saved);
 	if (SPI_execute_plan(VqKeepPlan(&take_plan,
 							  "UPDATE vq.job_active j SET consumer_claimed_at = pg_catalog.clock_timestamp(),"
 							  "  updated_at = pg_catalog.clock_timestamp()"
@@ -500,8 +492,7 @@ vq_take(PG_FUNCTION_ARGS)
 	}
 	if (SPI_processed == 1)
 		NoteTake(registry, SPI_tuptable);
-	SPI_finish();
-	VqRestoreUser(&saved);
+	VqFinishAsOwner(&saved);
 	return (Datum) 0;
 }
 
@@ -518,9 +509,7 @@ vq_job_payload(PG_FUNCTION_ARGS)
 	Datum		result = (Datum) 0;
 	bool		isnull = true;
 
-	VqBecomeOwner(registry->owner, &saved);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "vq_job: SPI_connect failed");
+	VqConnectAsOwner(registry->owner, &saved);
 	if (SPI_execute_plan(VqKeepPlan(&payload_plan,
 							  "SELECT payload, enqueued_by, handler, handler_function IS NULL FROM vq.job"
 							  " WHERE execution_id OPERATOR(pg_catalog.=) $1",
@@ -545,8 +534,7 @@ vq_job_payload(PG_FUNCTION_ARGS)
 				result = SPI_datumTransfer(d, false, -1);
 		}
 	}
-	SPI_finish();
-	VqRestoreUser(&saved);
+	VqFinishAsOwner(&saved);
 	if (isnull)
 		PG_RETURN_NULL();
 	PG_RETURN_DATUM(result);

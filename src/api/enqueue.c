@@ -481,9 +481,7 @@ InsertOne(const JobSpec *spec, Datum payload, bool payload_null, text *job_id, I
 	errcb.previous = error_context_stack;
 	error_context_stack = &errcb;
 
-	VqBecomeOwner(spec->registry->owner, &saved);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "vq_job: SPI_connect failed");
+	VqConnectAsOwner(spec->registry->owner, &saved);
 
 	if (job_id == NULL)
 	{
@@ -538,8 +536,7 @@ InsertOne(const JobSpec *spec, Datum payload, bool payload_null, text *job_id, I
 		}
 	}
 
-	SPI_finish();
-	VqRestoreUser(&saved);
+	VqFinishAsOwner(&saved);
 	error_context_stack = errcb.previous;
 	/* (nobody claims from a paused queue: waking it would be wasted) */
 	VqJobsEnqueuedAtCommit(spec->queue->name, spec->priority, spec->scheduled_at, !spec->queue->paused);
@@ -761,9 +758,7 @@ vq_enqueue_many(PG_FUNCTION_ARGS)
 	errcb.previous = error_context_stack;
 	error_context_stack = &errcb;
 
-	VqBecomeOwner(spec.registry->owner, &saved);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "vq_job: SPI_connect failed");
+	VqConnectAsOwner(spec.registry->owner, &saved);
 	if (job_ids == NULL)
 		RunWrite(VqKeepPlan(&insert_many_plan, "INSERT INTO vq.job_active " JOB_COLUMNS MANY_SELECT,
 						  NPARAMS, many_types),
@@ -785,8 +780,7 @@ vq_enqueue_many(PG_FUNCTION_ARGS)
 				break;
 		}
 	}
-	SPI_finish();
-	VqRestoreUser(&saved);
+	VqFinishAsOwner(&saved);
 	error_context_stack = errcb.previous;
 	VqJobsEnqueuedAtCommit(spec.queue->name, spec.priority, spec.scheduled_at, !spec.queue->paused);
 
@@ -888,9 +882,7 @@ VqEnqueueManyResolved(VqRegistry *registry, int n, VqHandler **handler_of, Datum
 	values[11] = PointerGetDatum(construct_md_array(functions, function_nulls, 1, dims, lbs, REGPROCEDUREOID,
 													 4, true, TYPALIGN_INT));
 
-	VqBecomeOwner(registry->owner, &saved);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "vq_job: SPI_connect failed");
+	VqConnectAsOwner(registry->owner, &saved);
 	RunWrite(VqKeepPlan(&plan,
 						"INSERT INTO vq.job_active " JOB_COLUMNS
 						" SELECT u.e, 'ENQUEUED', u.pr, 0, u.ma, u.sa, $1, $1, u.eb, u.q,"
@@ -901,8 +893,7 @@ VqEnqueueManyResolved(VqRegistry *registry, int n, VqHandler **handler_of, Datum
 						" AS u(e, h, a, q, pr, ma, sa, p, m, eb, f)",
 						12, types),
 			 values, NULL, SPI_OK_INSERT);
-	SPI_finish();
-	VqRestoreUser(&saved);
+	VqFinishAsOwner(&saved);
 	for (int i = 0; i < n; i++)
 		VqJobsEnqueuedAtCommit(TextDatumGetCString(queues[i]), DatumGetInt32(priorities[i]),
 							   DatumGetTimestampTz(scheduled[i]), true);

@@ -25,6 +25,7 @@
 #include "main/checks.h"
 #include "main/errcodes.h"
 #include "main/guc.h"
+#include "util/spi_util.h"
 #include "cache/registry.h"
 #include "state/wakeup.h"
 #include "run/context.h"
@@ -87,25 +88,16 @@ InsertRow(VqRegistry *registry, const char *type, const char *destination, Funct
 	nulls[5] = PG_ARGISNULL(scheduled_arg) ? 'n' : ' ';
 	values[6] = ObjectIdGetDatum(GetUserId());
 
-	VqBecomeOwner(registry->owner, &saved);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "vq_job: SPI_connect failed");
-	if (insert_plan == NULL)
-	{
-		Oid			types[7] = {TEXTOID, TEXTOID, JSONBOID, JSONBOID, JSONBOID, TIMESTAMPTZOID, REGROLEOID};
-
-		insert_plan = SPI_prepare("INSERT INTO vq.outbox (destination_type, destination, payload, headers,"
-								  " metadata, scheduled_at, published_by)"
-								  " VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id", 7, types);
-		if (insert_plan == NULL)
-			elog(ERROR, "vq_job: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-		SPI_keepplan(insert_plan);
-	}
-	if (SPI_execute_plan(insert_plan, values, nulls, false, 1) != SPI_OK_INSERT_RETURNING)
+	VqConnectAsOwner(registry->owner, &saved);
+	if (SPI_execute_plan(VqKeepPlan(&insert_plan,
+							  "INSERT INTO vq.outbox (destination_type, destination, payload, headers,"
+							  " metadata, scheduled_at, published_by)"
+							  " VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+							  7, (Oid[]) {TEXTOID, TEXTOID, JSONBOID, JSONBOID, JSONBOID, TIMESTAMPTZOID, REGROLEOID}),
+						 values, nulls, false, 1) != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "vq_job: writing the outbox row failed");
 	id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	SPI_finish();
-	VqRestoreUser(&saved);
+	VqFinishAsOwner(&saved);
 
 	/* the relay runs in the executors: wake them at commit (or at the row's time) */
 	VqWakeRelayAtCommit(id, !PG_ARGISNULL(scheduled_arg), scheduled_at);

@@ -137,14 +137,11 @@ vq_register_handlers(PG_FUNCTION_ARGS)
 		args[1] = OidFunctionCall2(resolver, args[0], CStringGetTextDatum(namespace_search_path));
 		nulls[0] = nulls[1] = ' ';
 	}
-	VqBecomeOwner(VqRegistryGet()->owner, &saved);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "vq_job: SPI_connect failed");
+	VqConnectAsOwner(VqRegistryGet()->owner, &saved);
 	if (SPI_execute_plan(VqKeepPlan(&plan, "SELECT vq.register_handlers($1, $2)", 2, types),
 						 args, nulls, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "vq_job: vq.register_handlers failed");
 	n = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	SPI_finish();
-	VqRestoreUser(&saved);
+	VqFinishAsOwner(&saved);
 	PG_RETURN_INT32(n);
 }

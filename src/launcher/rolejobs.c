@@ -43,9 +43,7 @@ CountUnfinished(Oid role, int64 *jobs, int64 *rows)
 	VqSavedUser saved;
 	bool		isnull;
 
-	VqBecomeOwner(registry->owner, &saved);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "vq_job: SPI_connect failed");
+	VqConnectAsOwner(registry->owner, &saved);
 	if (SPI_execute_plan(VqKeepPlan(&count_plan,
 							  "SELECT (SELECT pg_catalog.count(*) FROM vq.job_active"
 							  "         WHERE enqueued_by OPERATOR(pg_catalog.=) $1),"
@@ -57,8 +55,7 @@ CountUnfinished(Oid role, int64 *jobs, int64 *rows)
 		elog(ERROR, "vq_job: counting a role's unfinished jobs failed");
 	*jobs = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	*rows = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
-	SPI_finish();
-	VqRestoreUser(&saved);
+	VqFinishAsOwner(&saved);
 }
 
 void

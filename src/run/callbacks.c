@@ -147,17 +147,14 @@ VqReportCallbackFailure(const char *what, pg_uuid_t *execution_id, int32 attempt
 	values[0] = UUIDPGetDatum(execution_id);
 	values[1] = Int32GetDatum(attempt);
 	values[2] = CStringGetTextDatum(message);
-	VqBecomeOwner(registry->owner, &saved);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "vq_job: SPI_connect failed");
+	VqConnectAsOwner(registry->owner, &saved);
 	if (SPI_execute_plan(VqKeepPlan(&plan,
 							  "INSERT INTO vq.job_log (execution_id, attempt_number, level, message)"
 							  " VALUES ($1, $2, 'ERROR', $3)",
 							  3, (Oid[]) {UUIDOID, INT4OID, TEXTOID}),
 						 values, NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "vq_job: writing a job log line failed");
-	SPI_finish();
-	VqRestoreUser(&saved);
+	VqFinishAsOwner(&saved);
 }
 
 /* The outcome's name, as on_complete receives it. */

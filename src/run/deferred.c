@@ -74,17 +74,14 @@ QueueEvent(Datum *values, const char *nulls)
 	VqType(&context_type, "vq.job_context"), TEXTOID, TEXTOID};
 	VqSavedUser saved;
 
-	VqBecomeOwner(VqRegistryGet()->owner, &saved);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "vq_job: SPI_connect failed");
+	VqConnectAsOwner(VqRegistryGet()->owner, &saved);
 	if (SPI_execute_plan(VqKeepPlan(&plan,
 							  "INSERT INTO vq.callback_event (execution_id, attempt_number, kind, callbacks,"
 							  " transition, job, context, outcome, error) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
 							  9, types),
 						 values, nulls, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "vq_job: queueing callbacks for an executor failed");
-	SPI_finish();
-	VqRestoreUser(&saved);
+	VqFinishAsOwner(&saved);
 	VqCallbacksQueuedAtCommit();
 }
 

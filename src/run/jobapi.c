@@ -475,16 +475,7 @@ FlagRunningJob(pg_uuid_t *execution_id)
 static char *
 CancelStep(SPIPlanPtr *plan, const char *sql, Datum arg, int expected)
 {
-	if (*plan == NULL)
-	{
-		Oid			types[1] = {UUIDOID};
-
-		*plan = SPI_prepare(sql, 1, types);
-		if (*plan == NULL)
-			elog(ERROR, "vq_job: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-		SPI_keepplan(*plan);
-	}
-	if (SPI_execute_plan(*plan, &arg, NULL, false, 0) != expected)
+	if (SPI_execute_plan(VqKeepPlan(plan, sql, 1, (Oid[]) {UUIDOID}), &arg, NULL, false, 0) != expected)
 		elog(ERROR, "vq_job: vq_cancel failed");
 	if (SPI_processed == 0 || SPI_tuptable == NULL)
 		return NULL;
@@ -515,9 +506,7 @@ vq_cancel(PG_FUNCTION_ARGS)
 	char	   *state = NULL;
 
 	VqRequireWritable("vq_cancel");
-	VqBecomeOwner(registry->owner, &saved);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "vq_job: SPI_connect failed");
+	VqConnectAsOwner(registry->owner, &saved);
 
 	owner = CancelStep(&lookup_plan, CANCEL_LOOKUP_SQL, arg, SPI_OK_SELECT);
 	if (owner != NULL && has_privs_of_role(caller, (Oid) strtoul(owner, NULL, 10)))
@@ -571,8 +560,7 @@ vq_cancel(PG_FUNCTION_ARGS)
 	}
 	if (state != NULL)
 		state = MemoryContextStrdup(CurTransactionContext, state);
-	SPI_finish();
-	VqRestoreUser(&saved);
+	VqFinishAsOwner(&saved);
 	if (state == NULL)
 		PG_RETURN_NULL();
 	PG_RETURN_TEXT_P(cstring_to_text(state));

@@ -134,9 +134,7 @@ FireListeners(Transition *t)
 	List	   *deferred = NIL;
 	bool		isnull;
 
-	VqBecomeOwner(VqRegistryGet()->owner, &saved);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "vq_job: SPI_connect failed");
+	VqConnectAsOwner(VqRegistryGet()->owner, &saved);
 	MatchListeners(t);
 	/* the listeners run SPI themselves: keep our result */
 	rows = SPI_tuptable;
@@ -156,8 +154,7 @@ FireListeners(Transition *t)
 		VqDeferListeners(t->execution_id, t->attempt, deferred,
 						 SPI_getbinval(rows->vals[0], rows->tupdesc, 1, &isnull),
 						 SPI_getbinval(rows->vals[0], rows->tupdesc, 2, &isnull));
-	SPI_finish();
-	VqRestoreUser(&saved);
+	VqFinishAsOwner(&saved);
 }
 
 /* A column of the trigger's new row, by name. */

@@ -13,6 +13,7 @@
 #include "miscadmin.h"
 #include "commands/trigger.h"
 #include "catalog/namespace.h"
+#include "executor/spi.h"
 #include "utils/guc.h"
 
 #include "main/guc.h"
@@ -41,6 +42,23 @@ void
 VqRestoreUser(VqSavedUser *saved)
 {
 	SetUserIdAndSecContext(saved->userid, saved->sec_context);
+}
+
+/* vq_job's own statements on an SPI connection of their own, as the extension owner (see roles.h). */
+void
+VqConnectAsOwner(Oid owner, VqSavedUser *saved)
+{
+	VqBecomeOwner(owner, saved);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "vq_job: SPI_connect failed");
+}
+
+/* Back from VqConnectAsOwner: the connection is finished, the user is ours again. */
+void
+VqFinishAsOwner(VqSavedUser *saved)
+{
+	SPI_finish();
+	VqRestoreUser(saved);
 }
 
 /*

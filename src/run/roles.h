@@ -20,6 +20,15 @@ extern void VqBecomeOwner(Oid owner, VqSavedUser *saved);
 /* Back from VqBecomeOwner. */
 extern void VqRestoreUser(VqSavedUser *saved);
 
+/*
+ * The same on an SPI connection of its own, for a function called by a
+ * client or a trigger (the caller was checked first): connect as the
+ * extension owner, and finish and switch back (an error does both with the
+ * (sub)transaction).
+ */
+extern void VqConnectAsOwner(Oid owner, VqSavedUser *saved);
+extern void VqFinishAsOwner(VqSavedUser *saved);
+
 /* Record the session user in session_authorization (executors, once, in a transaction). */
 extern void VqRecordSessionUser(void);
 
