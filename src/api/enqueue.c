@@ -287,10 +287,7 @@ ResolveSpec(FunctionCallInfo fcinfo, JobSpec *spec)
 	if (!PG_ARGISNULL(ARG_METADATA))
 	{
 		metadata = PG_GETARG_JSONB_P(ARG_METADATA);
-		if (!JB_ROOT_IS_OBJECT(metadata))
-			ereport(ERROR,
-					(errcode(ERRCODE_VQ_INVALID_METADATA),
-					 errmsg("metadata must be a JSON object")));
+		VqCheckJsonObject(metadata, "metadata");
 	}
 
 	spec->registry = VqRegistryGet();
@@ -448,6 +445,67 @@ RunWrite(SPIPlanPtr plan, Datum *values, const char *nulls, int expected)
 		elog(ERROR, "vq_job: job insert failed: %s", SPI_result_code_string(rc));
 }
 
+/* From here until PopPersistContext, an error says which handler's job failed to persist (and whether to retry). */
+static void
+PushPersistContext(ErrorContextCallback *errcb, const char *handler)
+{
+	errcb->callback = PersistErrorContext;
+	errcb->arg = unconstify(char *, handler);
+	errcb->previous = error_context_stack;
+	error_context_stack = errcb;
+}
+
+static void
+PopPersistContext(ErrorContextCallback *errcb)
+{
+	error_context_stack = errcb->previous;
+}
+
+/*
+ * Insert one job that has a job_id (values[1], bound): our insert wins, or
+ * another unfinished job of the role holds the id and its execution_id is
+ * returned; if that holder finishes between the two statements, try again.
+ * With a window, the job holding the window is returned instead (and an
+ * unfinished holder of the id takes the window over). As the owner,
+ * connected to SPI.
+ */
+static Datum
+InsertWithJobId(const JobSpec *spec, Datum *values, const char *nulls, text *job_id,
+				pg_uuid_t *execution_id, Interval *window)
+{
+	Datum		result = window ? HolderOfWindow(spec->enqueued_by, job_id, execution_id, window) : (Datum) 0;
+
+	for (int tries = 0; result == (Datum) 0; tries++)
+	{
+		bool		isnull;
+
+		CHECK_FOR_INTERRUPTS();
+		if (tries >= 100)
+			elog(ERROR, "vq_job: could not settle job_id \"%s\" after %d tries",
+				 text_to_cstring(job_id), tries);
+		RunWrite(VqKeepPlan(&insert_one_idempotent_plan,
+							"INSERT INTO vq.job_active " JOB_COLUMNS ONE_VALUES ON_ACTIVE_CONFLICT
+							" RETURNING execution_id", NPARAMS, one_types),
+				 values, nulls, SPI_OK_INSERT_RETURNING);
+		if (SPI_processed == 1)
+			return values[0];
+		if (SPI_execute_plan(VqKeepPlan(&holder_one_plan,
+										"SELECT execution_id FROM vq.job_active"
+										" WHERE job_id OPERATOR(pg_catalog.=) $1 AND enqueued_by OPERATOR(pg_catalog.=) $2",
+										2, (Oid[]) {TEXTOID, REGROLEOID}),
+							 (Datum[]) {values[1], ObjectIdGetDatum(spec->enqueued_by)}, NULL, false, 1) != SPI_OK_SELECT)
+			elog(ERROR, "vq_job: job_id lookup failed");
+		if (SPI_processed == 1)
+		{
+			result = SPI_datumTransfer(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+													 1, &isnull), false, UUID_LEN);
+			if (window != NULL)
+				WindowHeldBy(spec->enqueued_by, job_id, result);
+		}
+	}
+	return result;
+}
+
 /*
  * Insert one job; with a job_id, return the unfinished holder of that id
  * instead, and with a window (unique_for, or else the handler's) also the
@@ -459,7 +517,7 @@ InsertOne(const JobSpec *spec, Datum payload, bool payload_null, text *job_id, I
 	Datum		values[NPARAMS];
 	char		nulls[NPARAMS];
 	pg_uuid_t  *execution_id = palloc(sizeof(pg_uuid_t));
-	Datum		result = (Datum) 0;
+	Datum		result;
 	VqSavedUser saved;
 	ErrorContextCallback errcb;
 
@@ -476,68 +534,25 @@ InsertOne(const JobSpec *spec, Datum payload, bool payload_null, text *job_id, I
 	values[2] = payload;
 	nulls[2] = payload_null ? 'n' : ' ';
 
-	errcb.callback = PersistErrorContext;
-	errcb.arg = spec->handler->name;
-	errcb.previous = error_context_stack;
-	error_context_stack = &errcb;
-
+	PushPersistContext(&errcb, spec->handler->name);
 	VqConnectAsOwner(spec->registry->owner, &saved);
-
 	if (job_id == NULL)
 	{
 		char	   *uuid_text = DatumGetCString(DirectFunctionCall1(uuid_out, values[0]));
 
 		values[1] = PointerGetDatum(cstring_to_text(psprintf("delayed-%s", uuid_text)));
 		RunWrite(VqKeepPlan(&insert_one_plan, "INSERT INTO vq.job_active " JOB_COLUMNS ONE_VALUES,
-						  NPARAMS, one_types),
+							NPARAMS, one_types),
 				 values, nulls, SPI_OK_INSERT);
 		result = values[0];
 	}
 	else
 	{
 		values[1] = PointerGetDatum(job_id);
-		if (window != NULL)
-			result = HolderOfWindow(spec->enqueued_by, job_id, execution_id, window);
-
-		/*
-		 * Either our insert wins, or another unfinished job holds the id and we
-		 * return it. If that holder finishes between the two statements, try again.
-		 */
-		for (int tries = 0; result == (Datum) 0; tries++)
-		{
-			bool		isnull;
-
-			CHECK_FOR_INTERRUPTS();
-			if (tries >= 100)
-				elog(ERROR, "vq_job: could not settle job_id \"%s\" after %d tries",
-					 text_to_cstring(job_id), tries);
-			RunWrite(VqKeepPlan(&insert_one_idempotent_plan,
-							  "INSERT INTO vq.job_active " JOB_COLUMNS ONE_VALUES ON_ACTIVE_CONFLICT
-							  " RETURNING execution_id", NPARAMS, one_types),
-					 values, nulls, SPI_OK_INSERT_RETURNING);
-			if (SPI_processed == 1)
-			{
-				result = values[0];
-				break;
-			}
-			if (SPI_execute_plan(VqKeepPlan(&holder_one_plan,
-										  "SELECT execution_id FROM vq.job_active"
-										  " WHERE job_id OPERATOR(pg_catalog.=) $1 AND enqueued_by OPERATOR(pg_catalog.=) $2",
-										  2, (Oid[]) {TEXTOID, REGROLEOID}),
-								 (Datum[]) {values[1], ObjectIdGetDatum(spec->enqueued_by)}, NULL, false, 1) != SPI_OK_SELECT)
-				elog(ERROR, "vq_job: job_id lookup failed");
-			if (SPI_processed == 1)
-			{
-				result = SPI_datumTransfer(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
-														 1, &isnull), false, UUID_LEN);
-				if (window != NULL)
-					WindowHeldBy(spec->enqueued_by, job_id, result);
-			}
-		}
+		result = InsertWithJobId(spec, values, nulls, job_id, execution_id, window);
 	}
-
 	VqFinishAsOwner(&saved);
-	error_context_stack = errcb.previous;
+	PopPersistContext(&errcb);
 	/* (nobody claims from a paused queue: waking it would be wasted) */
 	VqJobsEnqueuedAtCommit(spec->queue->name, spec->priority, spec->scheduled_at, !spec->queue->paused);
 	return result;
@@ -557,42 +572,54 @@ CheckPayloadSizes(ArrayType *payloads)
 	array_free_iterator(it);
 }
 
+/* The job_id argument of vq_enqueue / vq_enqueue_in (NULL: none), checked, in a call that may write (what). */
+static text *
+JobIdArg(FunctionCallInfo fcinfo, const char *what)
+{
+	text	   *job_id = PG_ARGISNULL(ARG_JOB_ID) ? NULL : PG_GETARG_TEXT_PP(ARG_JOB_ID);
+
+	VqRequireWritable(what);
+	if (job_id)
+		CheckJobId(job_id);
+	return job_id;
+}
+
+/* Insert the job the call describes (its payload, its unique_for) with the settings resolved. */
+static Datum
+InsertCallersJob(FunctionCallInfo fcinfo, const JobSpec *spec, text *job_id)
+{
+	return InsertOne(spec, PG_GETARG_DATUM(ARG_PAYLOAD), PG_ARGISNULL(ARG_PAYLOAD), job_id,
+					 UniqueFor(fcinfo, job_id));
+}
+
 /* vq_enqueue(handler, payload, run_at, queue, priority, max_attempts, job_id, metadata) */
 Datum
 vq_enqueue(PG_FUNCTION_ARGS)
 {
+	text	   *job_id = JobIdArg(fcinfo, "vq_enqueue");
 	JobSpec		spec;
-	text	   *job_id = PG_ARGISNULL(ARG_JOB_ID) ? NULL : PG_GETARG_TEXT_PP(ARG_JOB_ID);
 
-	VqRequireWritable("vq_enqueue");
-	if (job_id)
-		CheckJobId(job_id);
 	if (!PG_ARGISNULL(ARG_WHEN))
 		VqCheckFiniteTime(PG_GETARG_TIMESTAMPTZ(ARG_WHEN), "run_at");
 	ResolveSpec(fcinfo, &spec);
 	if (!PG_ARGISNULL(ARG_WHEN))
 		spec.scheduled_at = VqDueAt(spec.queue, spec.enqueued_by, PG_GETARG_TIMESTAMPTZ(ARG_WHEN), spec.called_at);
-	return InsertOne(&spec, PG_GETARG_DATUM(ARG_PAYLOAD), PG_ARGISNULL(ARG_PAYLOAD), job_id,
-					 UniqueFor(fcinfo, job_id));
+	return InsertCallersJob(fcinfo, &spec, job_id);
 }
 
 /* vq_enqueue_in(handler, payload, delay, ...): due clock_timestamp() + delay, resolved now. */
 Datum
 vq_enqueue_in(PG_FUNCTION_ARGS)
 {
+	text	   *job_id = JobIdArg(fcinfo, "vq_enqueue_in");
 	JobSpec		spec;
-	text	   *job_id = PG_ARGISNULL(ARG_JOB_ID) ? NULL : PG_GETARG_TEXT_PP(ARG_JOB_ID);
 
-	VqRequireWritable("vq_enqueue_in");
-	if (job_id)
-		CheckJobId(job_id);
 	ResolveSpec(fcinfo, &spec);
 	if (!PG_ARGISNULL(ARG_WHEN))
 		spec.scheduled_at = VqDueAt(spec.queue, spec.enqueued_by,
-								  VqAddInterval(spec.called_at, PG_GETARG_INTERVAL_P(ARG_WHEN), "delay"),
-								  spec.called_at);
-	return InsertOne(&spec, PG_GETARG_DATUM(ARG_PAYLOAD), PG_ARGISNULL(ARG_PAYLOAD), job_id,
-					 UniqueFor(fcinfo, job_id));
+									VqAddInterval(spec.called_at, PG_GETARG_INTERVAL_P(ARG_WHEN), "delay"),
+									spec.called_at);
+	return InsertCallersJob(fcinfo, &spec, job_id);
 }
 
 /* Check that an array argument is one-dimensional (or empty) and return its length. */
@@ -682,6 +709,94 @@ InsertEachInWindow(const JobSpec *spec, ArrayType *payloads, ArrayType *job_ids,
 	return ids;
 }
 
+/* vq_enqueue_many's payloads argument: not null, one-dimensional; *n: how many. */
+static ArrayType *
+PayloadsArg(FunctionCallInfo fcinfo, int *n)
+{
+	ArrayType  *payloads;
+
+	if (PG_ARGISNULL(ARG_PAYLOAD))
+		ereport(ERROR,
+				(errcode(ERRCODE_VQ_INVALID_ARGUMENT),
+				 errmsg("payloads must not be null"),
+				 errhint("Pass an array with one element per job; an element may be null.")));
+	payloads = PG_GETARG_ARRAYTYPE_P(ARG_PAYLOAD);
+	*n = ArrayLength(payloads, "payloads");
+	return payloads;
+}
+
+/* vq_enqueue_many's job_ids argument (NULL: none): as many as the payloads, each a valid job_id or null. */
+static ArrayType *
+JobIdsArg(FunctionCallInfo fcinfo, int n)
+{
+	ArrayType  *job_ids;
+	Datum	   *keys;
+	bool	   *key_nulls;
+	int			nkeys;
+
+	if (PG_ARGISNULL(ARG_JOB_ID))
+		return NULL;
+	job_ids = PG_GETARG_ARRAYTYPE_P(ARG_JOB_ID);
+	if (ArrayLength(job_ids, "job_ids") != n)
+		ereport(ERROR,
+				(errcode(ERRCODE_VQ_INVALID_JOB_ID),
+				 errmsg("job_ids and payloads must have the same length, got %d and %d",
+						ArrayLength(job_ids, "job_ids"), n)));
+	deconstruct_array(job_ids, TEXTOID, -1, false, TYPALIGN_INT, &keys, &key_nulls, &nkeys);
+	for (int i = 0; i < nkeys; i++)
+		if (!key_nulls[i])
+			CheckJobId(DatumGetTextPP(keys[i]));
+	return job_ids;
+}
+
+/*
+ * Insert a batch with one set-based statement, as the owner: ids[] are the
+ * new jobs' execution_ids, replaced (with job_ids) by those of the role's
+ * unfinished jobs that hold an id already.
+ */
+static void
+InsertMany(const JobSpec *spec, ArrayType *payloads, ArrayType *job_ids, Datum *ids, int n)
+{
+	Datum		values[NPARAMS];
+	char		nulls[NPARAMS];
+	VqSavedUser saved;
+	ErrorContextCallback errcb;
+
+	memset(nulls, ' ', sizeof(nulls));
+	BindCommon(spec, values, nulls);
+	values[0] = PointerGetDatum(construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
+	values[1] = job_ids ? PointerGetDatum(job_ids) : (Datum) 0;
+	nulls[1] = job_ids ? ' ' : 'n';
+	values[2] = PointerGetDatum(payloads);
+
+	PushPersistContext(&errcb, spec->handler->name);
+	VqConnectAsOwner(spec->registry->owner, &saved);
+	if (job_ids == NULL)
+		RunWrite(VqKeepPlan(&insert_many_plan, "INSERT INTO vq.job_active " JOB_COLUMNS MANY_SELECT,
+							NPARAMS, many_types),
+				 values, nulls, SPI_OK_INSERT);
+	else
+	{
+		for (int tries = 0;; tries++)
+		{
+			CHECK_FOR_INTERRUPTS();
+			if (tries >= 100)
+				elog(ERROR, "vq_job: could not settle the batch's job_ids after %d tries", tries);
+			RunWrite(VqKeepPlan(&insert_many_idempotent_plan,
+								"INSERT INTO vq.job_active " JOB_COLUMNS MANY_SELECT
+								/* a fixed order: two batches sharing new ids cannot deadlock */
+								" ORDER BY u.j COLLATE pg_catalog.\"C\"" ON_ACTIVE_CONFLICT,
+								NPARAMS, many_types),
+					 values, nulls, SPI_OK_INSERT);
+			if (FillHolders(job_ids, ids, n, spec->enqueued_by))
+				break;
+		}
+	}
+	VqFinishAsOwner(&saved);
+	PopPersistContext(&errcb);
+	VqJobsEnqueuedAtCommit(spec->queue->name, spec->priority, spec->scheduled_at, !spec->queue->paused);
+}
+
 /*
  * vq_enqueue_many(handler, payloads jsonb[], run_at, queue, priority, max_attempts,
  * job_ids text[], metadata): one job per payload, inserted by one statement.
@@ -692,40 +807,14 @@ vq_enqueue_many(PG_FUNCTION_ARGS)
 {
 	JobSpec		spec;
 	ArrayType  *payloads;
-	ArrayType  *job_ids = NULL;
+	ArrayType  *job_ids;
 	int			n;
 	Datum	   *ids;
 	pg_uuid_t  *uuids;
-	Datum		values[NPARAMS];
-	char		nulls[NPARAMS];
-	VqSavedUser saved;
-	ErrorContextCallback errcb;
 
 	VqRequireWritable("vq_enqueue_many");
-	if (PG_ARGISNULL(ARG_PAYLOAD))
-		ereport(ERROR,
-				(errcode(ERRCODE_VQ_INVALID_ARGUMENT),
-				 errmsg("payloads must not be null"),
-				 errhint("Pass an array with one element per job; an element may be null.")));
-	payloads = PG_GETARG_ARRAYTYPE_P(ARG_PAYLOAD);
-	n = ArrayLength(payloads, "payloads");
-	if (!PG_ARGISNULL(ARG_JOB_ID))
-	{
-		Datum	   *keys;
-		bool	   *key_nulls;
-		int			nkeys;
-
-		job_ids = PG_GETARG_ARRAYTYPE_P(ARG_JOB_ID);
-		if (ArrayLength(job_ids, "job_ids") != n)
-			ereport(ERROR,
-					(errcode(ERRCODE_VQ_INVALID_JOB_ID),
-					 errmsg("job_ids and payloads must have the same length, got %d and %d",
-							ArrayLength(job_ids, "job_ids"), n)));
-		deconstruct_array(job_ids, TEXTOID, -1, false, TYPALIGN_INT, &keys, &key_nulls, &nkeys);
-		for (int i = 0; i < nkeys; i++)
-			if (!key_nulls[i])
-				CheckJobId(DatumGetTextPP(keys[i]));
-	}
+	payloads = PayloadsArg(fcinfo, &n);
+	job_ids = JobIdsArg(fcinfo, n);
 	if (!PG_ARGISNULL(ARG_WHEN))
 		VqCheckFiniteTime(PG_GETARG_TIMESTAMPTZ(ARG_WHEN), "run_at");
 	ResolveSpec(fcinfo, &spec);
@@ -745,45 +834,7 @@ vq_enqueue_many(PG_FUNCTION_ARGS)
 	if (job_ids != NULL && spec.handler->unique_for != NULL)
 		PG_RETURN_ARRAYTYPE_P(construct_array(InsertEachInWindow(&spec, payloads, job_ids, n), n, UUIDOID,
 											  UUID_LEN, false, TYPALIGN_CHAR));
-
-	memset(nulls, ' ', sizeof(nulls));
-	BindCommon(&spec, values, nulls);
-	values[0] = PointerGetDatum(construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
-	values[1] = job_ids ? PointerGetDatum(job_ids) : (Datum) 0;
-	nulls[1] = job_ids ? ' ' : 'n';
-	values[2] = PointerGetDatum(payloads);
-
-	errcb.callback = PersistErrorContext;
-	errcb.arg = spec.handler->name;
-	errcb.previous = error_context_stack;
-	error_context_stack = &errcb;
-
-	VqConnectAsOwner(spec.registry->owner, &saved);
-	if (job_ids == NULL)
-		RunWrite(VqKeepPlan(&insert_many_plan, "INSERT INTO vq.job_active " JOB_COLUMNS MANY_SELECT,
-						  NPARAMS, many_types),
-				 values, nulls, SPI_OK_INSERT);
-	else
-	{
-		for (int tries = 0;; tries++)
-		{
-			CHECK_FOR_INTERRUPTS();
-			if (tries >= 100)
-				elog(ERROR, "vq_job: could not settle the batch's job_ids after %d tries", tries);
-			RunWrite(VqKeepPlan(&insert_many_idempotent_plan,
-							  "INSERT INTO vq.job_active " JOB_COLUMNS MANY_SELECT
-							  /* a fixed order: two batches sharing new ids cannot deadlock */
-							  " ORDER BY u.j COLLATE pg_catalog.\"C\"" ON_ACTIVE_CONFLICT,
-							  NPARAMS, many_types),
-					 values, nulls, SPI_OK_INSERT);
-			if (FillHolders(job_ids, ids, n, spec.enqueued_by))
-				break;
-		}
-	}
-	VqFinishAsOwner(&saved);
-	error_context_stack = errcb.previous;
-	VqJobsEnqueuedAtCommit(spec.queue->name, spec.priority, spec.scheduled_at, !spec.queue->paused);
-
+	InsertMany(&spec, payloads, job_ids, ids, n);
 	PG_RETURN_ARRAYTYPE_P(construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
 }
 
@@ -808,10 +859,7 @@ VqEnqueueResolved(const char *handler_name, const char *queue_name, int32 priori
 		ereport(ERROR,
 				(errcode(ERRCODE_VQ_INVALID_MAX_ATTEMPTS),
 				 errmsg("max_attempts must be between 1 and %d, got %d", VQ_MAX_ATTEMPTS_LIMIT, max_attempts)));
-	if (metadata != NULL && !JB_ROOT_IS_OBJECT(metadata))
-		ereport(ERROR,
-				(errcode(ERRCODE_VQ_INVALID_METADATA),
-				 errmsg("metadata must be a JSON object")));
+	VqCheckJsonObject(metadata, "metadata");
 	spec.registry = VqRegistryGet();
 	spec.handler = VqLookupHandler(spec.registry, handler_name);
 	if (spec.handler == NULL)

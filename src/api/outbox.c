@@ -60,10 +60,7 @@ InsertRow(VqRegistry *registry, const char *type, const char *destination, Funct
 	if (!PG_ARGISNULL(headers_arg))
 	{
 		headers = PG_GETARG_JSONB_P(headers_arg);
-		if (!JB_ROOT_IS_OBJECT(headers))
-			ereport(ERROR,
-					(errcode(ERRCODE_VQ_INVALID_METADATA),
-					 errmsg("headers must be a JSON object")));
+		VqCheckJsonObject(headers, "headers");
 	}
 
 	if (!PG_ARGISNULL(scheduled_arg))

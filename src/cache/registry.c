@@ -203,16 +203,16 @@ RegistryText(const char *s)
 	return d;
 }
 
-/* Create a name-keyed hash table in the registry context. */
-static HTAB *
-NameHash(const char *what, Size entrysize)
+/* A backend-local hash table keyed by a handler's or a queue's name, in cxt (see registry.h). */
+HTAB *
+VqNameTable(const char *what, long nelem, Size entrysize, MemoryContext cxt)
 {
 	HASHCTL		ctl;
 
 	ctl.keysize = VQ_NAME_MAX + 1;
 	ctl.entrysize = entrysize;
-	ctl.hcxt = registry_context;
-	return hash_create(what, 64, &ctl, HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+	ctl.hcxt = cxt;
+	return hash_create(what, nelem, &ctl, HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
 }
 
 /* One vq.queue row into the registry. */
@@ -318,10 +318,10 @@ LoadHandlers(VqRegistry *reg, Oid handler_relid, Oid override_relid)
 	int			i = 0;
 
 	/* the overrides first, in a hash of their own (borrowing handler_hash to fill it) */
-	reg->handler_hash = NameHash("vq_job contract overrides", sizeof(Override));
+	reg->handler_hash = VqNameTable("vq_job contract overrides", 64, sizeof(Override), registry_context);
 	ScanConfig(override_relid, LoadOverride, reg);
 	overrides = reg->handler_hash;
-	reg->handler_hash = NameHash("vq_job handlers", sizeof(VqHandler));
+	reg->handler_hash = VqNameTable("vq_job handlers", 64, sizeof(VqHandler), registry_context);
 	ScanConfig(handler_relid, LoadHandler, reg);
 	overrides = NULL;
 
@@ -467,10 +467,10 @@ BuildRegistry(void)
 	reg->generation = ++builds;
 
 	LoadOwner(reg, relids);
-	reg->queue_hash = NameHash("vq_job queues", sizeof(VqQueue));
+	reg->queue_hash = VqNameTable("vq_job queues", 64, sizeof(VqQueue), registry_context);
 	ScanConfig(relids[2], LoadQueue, reg);
 	LoadHandlers(reg, relids[0], relids[1]);
-	reg->destination_hash = NameHash("vq_job destinations", sizeof(VqDestination));
+	reg->destination_hash = VqNameTable("vq_job destinations", 64, sizeof(VqDestination), registry_context);
 	ScanConfig(relids[3], LoadDestination, reg);
 	ScanConfig(relids[4], LoadProducerGrant, reg);
 	ScanConfig(relids[5], LoadQueueGrant, reg);

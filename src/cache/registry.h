@@ -11,6 +11,7 @@
 
 #include "fmgr.h"
 #include "nodes/pg_list.h"
+#include "utils/hsearch.h"
 
 #include "main/limits.h"
 #include "util/backoff.h"
@@ -83,6 +84,9 @@ typedef struct VqRegistry
 	List	   *interceptors;	/* VqInterceptor *, in (position, name) order */
 	uint64		generation;		/* counts the builds in this backend: tells copies apart */
 } VqRegistry;
+
+/* A backend-local hash table keyed by a handler's or a queue's name (char[VQ_NAME_MAX + 1] first in the entry). */
+extern HTAB *VqNameTable(const char *what, long nelem, Size entrysize, MemoryContext cxt);
 
 /* Register the invalidation callback (from _PG_init). */
 extern void VqRegistryInit(void);

@@ -60,11 +60,7 @@ static SPIPlanPtr claim_plan = NULL;
 void
 VqClaimInit(void)
 {
-	HASHCTL		ctl;
-
-	ctl.keysize = VQ_NAME_MAX + 1;
-	ctl.entrysize = sizeof(QueuePoll);
-	queue_polls = hash_create("vq_job queue polls", 16, &ctl, HASH_ELEM | HASH_STRINGS);
+	queue_polls = VqNameTable("vq_job queue polls", 16, sizeof(QueuePoll), TopMemoryContext);
 }
 
 /* Bring the local polling schedule in line with the configured queues. */

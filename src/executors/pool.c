@@ -22,12 +22,14 @@
 #include "miscadmin.h"
 #include "storage/latch.h"
 #include "utils/hsearch.h"
+#include "utils/memutils.h"
 #include "utils/timeout.h"
 
 #include "main/guc.h"
 #include "main/limits.h"
 #include "main/requests.h"
 #include "main/shmem.h"
+#include "cache/registry.h"
 #include "run/watch.h"
 #include "executors/pool.h"
 
@@ -196,10 +198,6 @@ VqRunningVisibleReset(VqExecutorSlot *e)
 void
 VqPoolInit(void)
 {
-	HASHCTL		ctl;
-
-	ctl.keysize = VQ_NAME_MAX + 1;
-	ctl.entrysize = sizeof(HandlerTiming);
-	handler_timings = hash_create("vq_job handler timings", 64, &ctl, HASH_ELEM | HASH_STRINGS);
+	handler_timings = VqNameTable("vq_job handler timings", 64, sizeof(HandlerTiming), TopMemoryContext);
 	ask_timeout = RegisterTimeout(USER_TIMEOUT, AskTimeoutReached);
 }

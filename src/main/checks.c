@@ -10,6 +10,7 @@
 #include "access/xlog.h"
 #include "mb/pg_wchar.h"
 #include "utils/builtins.h"
+#include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
 #include "main/checks.h"
@@ -47,6 +48,16 @@ VqCheckSize(Datum jsonb, int limit, const char *what, const char *setting)
 				(errcode(ERRCODE_VQ_TOO_LARGE),
 				 errmsg("%s is too large: %zu bytes, at most %d", what, size, limit),
 				 errhint("Store large data in a table and pass its key, or raise %s.", setting)));
+}
+
+/* Error (VQ006) unless value is NULL or a JSON object (what names it). */
+void
+VqCheckJsonObject(Jsonb *value, const char *what)
+{
+	if (value != NULL && !JB_ROOT_IS_OBJECT(value))
+		ereport(ERROR,
+				(errcode(ERRCODE_VQ_INVALID_METADATA),
+				 errmsg("%s must be a JSON object", what)));
 }
 
 /* Error (VQ008) unless t is a finite timestamp: no worker can wait for an infinite time. */

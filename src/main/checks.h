@@ -8,12 +8,16 @@
 #include "postgres.h"
 
 #include "datatype/timestamp.h"
+#include "utils/jsonb.h"
 
 /* True when name matches ^[a-zA-Z0-9._-]{1,128}$. */
 extern bool vq_valid_name(const char *name, int len);
 
 /* Error (VQ012) when a jsonb argument is larger than limit bytes (what names it). */
 extern void VqCheckSize(Datum jsonb, int limit, const char *what, const char *setting);
+
+/* Error (VQ006) unless value is NULL or a JSON object (what names it: metadata, headers). */
+extern void VqCheckJsonObject(Jsonb *value, const char *what);
 
 /* Error (VQ008) unless t is a finite timestamp (what names the argument). */
 extern void VqCheckFiniteTime(TimestampTz t, const char *what);

@@ -31,6 +31,7 @@
 #include "utils/json.h"
 #include "utils/memutils.h"
 
+#include "main/checks.h"
 #include "main/errcodes.h"
 #include "run/context.h"
 
@@ -197,10 +198,7 @@ VqMergeBoundContext(Jsonb *metadata)
 	JsonbValue	v;
 	JsonbIteratorToken tok;
 
-	if (metadata != NULL && !JB_ROOT_IS_OBJECT(metadata))
-		ereport(ERROR,
-				(errcode(ERRCODE_VQ_INVALID_METADATA),
-				 errmsg("metadata must be a JSON object")));
+	VqCheckJsonObject(metadata, "metadata");
 	bound = BoundContext();
 	if (bound == NULL)
 		return metadata ? metadata : EmptyObject();
