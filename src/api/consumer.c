@@ -2,7 +2,7 @@
  * consumer.c: what external consumers of NOTIFY handlers call.
  *
  * A NOTIFY handler's job is committed as RUNNING with no executor and
- * announced on the handler's channel (dispatch.c). The consumer replies with
+ * announced on the handler's channel (notify.c). The consumer replies with
  * vq_complete() or vq_fail(); the reply goes through the same state machine as
  * a function handler's outcome (outcome.c). NOTIFY is only a wake-up: a
  * consumer catches up with vq_pull(), which claims due jobs of its handler,

@@ -408,7 +408,7 @@ RecordUndelivered(OutboxRow *row, RelayResult result, const char *message, Times
 
 /*
  * The process ends while a destination function runs, because it caught the
- * execution timeout's cancel (dispatch.c): in a new transaction, record its
+ * execution timeout's cancel (watch.c): in a new transaction, record its
  * row as a retryable failure, as an error would have been. Returns whether
  * there was such a row.
  */

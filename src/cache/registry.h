@@ -58,7 +58,7 @@ typedef struct VqDestination
 	Oid			fn;
 } VqDestination;
 
-/* An interceptor (vq.interceptor), called around every dispatch; see callbacks.c. */
+/* An interceptor (vq.interceptor), called around every dispatch; see interceptors.c. */
 typedef struct VqInterceptor
 {
 	char	   *name;

@@ -10,7 +10,7 @@
  * remembers, per handler, the key where pulls got to, and each pull scans
  * from there. vq_take, which takes the one job a notification named, is a
  * pull of that job: it moves the position the same way. The re-announcement
- * of jobs no consumer took looks for them after the position too (dispatch.c).
+ * of jobs no consumer took looks for them after the position too (notify.c).
  *
  * The invariant, per handler: every announced job that no consumer took,
  * whose commit is visible and that no pull in flight holds has a key after the

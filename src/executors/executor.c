@@ -228,7 +228,7 @@ DetachSlot(int code, Datum arg)
  *  - an orderly stop (SIGTERM came first; the handler ignored the cancel, so
  *    the launcher terminated the process): a job claimed visibly goes back in
  *    line with its attempt unchanged (INTERRUPTED);
- *  - a hard timeout (the code caught the timeout's cancel, dispatch.c): the
+ *  - a hard timeout (the code caught the timeout's cancel, watch.c): the
  *    job is ABANDONED (its attempt counts), or the outbox row retried, as if
  *    the cancel had worked;
  *  - a handler that caught the interruption a vq_cancel request led to: the

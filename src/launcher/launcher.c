@@ -3,7 +3,7 @@
  * database's lifecycle: it is connected to no database (it reads only the
  * shared catalog pg_database), assigns each served database a shared-memory
  * slot, starts and stops its executors (executor.c), and moves the slot's
- * state; other processes only send it requests (launcher.h) and wake it.
+ * state; other processes only send it requests (main/requests.h) and wake it.
  *
  *   FREE --launcher starts executor 0--> STARTING
  *   STARTING --executor 0 reports the extension present--> ACTIVE (the others start)
