@@ -2,12 +2,7 @@
 EXTENSION    = vq_job
 EXTVERSION   = 0.1.0
 MODULE_big   = vq_job
-OBJS         = src/vq_job.o src/shmem.o src/wakeup.o src/roles.o src/registry.o src/resolve.o \
-               src/enqueue.o src/context.o src/backoff.o src/launcher.o src/guard.o \
-               src/executor.o src/claim.o src/claimpos.o src/pullpos.o src/inflight.o src/dispatch.o src/outcome.o src/jobapi.o \
-               src/retention.o src/jobvacuum.o src/compact.o src/consumer.o src/outbox.o src/relay.o src/spi_util.o src/session.o \
-               src/pool.o src/rolejobs.o src/callbacks.o src/listeners.o src/livelog.o src/funccache.o src/deferred.o \
-               src/prepared.o src/restore.o src/saver.o src/settings.o
+OBJS         = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c src/*/*.c)))
 DATA         = $(filter-out $(DATA_built),$(wildcard sql/$(EXTENSION)--*.sql))
 PG_CONFIG   ?= pg_config
 
@@ -20,8 +15,9 @@ DATA_built   = sql/$(EXTENSION)--$(EXTVERSION).sql
 
 # Warnings are errors: the server's CFLAGS plus -Wextra (minus the two the headers trip).
 PG_CFLAGS   += -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
-# The executors compare it with the installed extension version.
-PG_CPPFLAGS += -DVQ_EXTVERSION=\"$(EXTVERSION)\"
+# The executors compare it with the installed extension version. Sources include each other
+# by folder (#include "run/roles.h"), from src/.
+PG_CPPFLAGS += -DVQ_EXTVERSION=\"$(EXTVERSION)\" -I$(srcdir)/src
 
 # Tests against a running server with vq_job preloaded (make installcheck; PGHOST, PGPORT
 # and PGUSER say which): pg_regress scripts in test/sql with their expected output in
@@ -40,7 +36,7 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
 # PGXS tracks no header dependencies: rebuild every object when a header changes.
-$(OBJS): $(wildcard src/*.h)
+$(OBJS): $(wildcard src/*.h src/*/*.h)
 
 # The reference NOTIFY consumer (libpq program), built and installed with the extension.
 .PHONY: consumer install-consumer clean-consumer

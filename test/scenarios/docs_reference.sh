@@ -31,7 +31,7 @@
 #   3. every vq.* setting (pg_settings) has a row in docs/reference.md's settings table whose
 #      default, unit and context cells are pg_settings' boot_val (`(empty)` for ''), unit
 #      (`—` for none) and context;
-#   4. every VQxxx SQLSTATE the code can raise (src/*.h, src/*.c, sql/schema/*.sql) has a row
+#   4. every VQxxx SQLSTATE the code can raise (the sources under src/ and sql/) has a row
 #      "| `VQxxx` |" in an errors table of the docs.
 # Runs against $PGDATABASE (a database with vq_job); reads the docs from the repository.
 set -euo pipefail
@@ -261,9 +261,9 @@ log "checked $n_settings settings"
 # ---------------------------------------------------------------------------
 log "4. every VQxxx SQLSTATE in the code has a row in an errors table"
 CODES="$( {
-    grep -ohE "MAKE_SQLSTATE\('V', *'Q', *'[0-9]', *'[0-9]', *'[0-9]'\)" "$ROOT"/src/*.h "$ROOT"/src/*.c |
+    grep -rohE --include='*.[ch]' "MAKE_SQLSTATE\('V', *'Q', *'[0-9]', *'[0-9]', *'[0-9]'\)" "$ROOT"/src |
         tr -dc '0-9\n' | sed 's/^/VQ/'
-    grep -ohE "\bVQ[0-9]{3}\b" "$ROOT"/src/*.h "$ROOT"/src/*.c "$ROOT"/sql/schema/*.sql
+    grep -rohE --include='*.[ch]' --include='*.sql' "\bVQ[0-9]{3}\b" "$ROOT"/src "$ROOT"/sql/schema
 } | sort -u)"
 n_codes="$(grep -c . <<<"$CODES" || true)"
 ((n_codes >= 15)) || fail "expected at least 15 VQ SQLSTATEs in the code, found $n_codes"

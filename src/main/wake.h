@@ -1,0 +1,55 @@
+/*
+ * wake.h: waking vq_job's processes now (wake.c): a database's executors
+ * when work is due, the launcher when a database needs attention. What a
+ * transaction makes due is acted on at its commit (state/wakeup.h).
+ */
+#ifndef VQ_WAKE_H
+#define VQ_WAKE_H
+
+#include "postgres.h"
+
+#include "utils/timestamp.h"
+
+#include "main/shmem.h"
+
+/* Tell the executors of a database that work is due now, or at next_due; set the latch of one that sleeps. */
+extern void VqWakeExecutors(Oid dboid, bool due_now, TimestampTz next_due, uint32 queue_hint);
+
+/* The same for outbox rows due now, and for callbacks queued for the executors. */
+extern void VqWakeRelay(Oid dboid);
+extern void VqWakeForCallbacks(Oid dboid);
+
+/*
+ * vq_job was created or dropped in the slot's database: its generation moves
+ * and every executor is woken to look (caller holds the slot's lock
+ * exclusively).
+ */
+extern void VqWakeOnExtensionChangeLocked(VqDatabaseSlot *slot);
+
+/* vq_job was created or dropped in some database: the launcher probes again those it found without it. */
+extern void VqWakeLauncherOnExtensionChange(void);
+
+/*
+ * Everything is worth a look (jobs or rows arrived unnoted): the next-due
+ * time has passed, the relay's and the queues' wake counters move, every
+ * executor is woken (caller holds the slot's lock exclusively).
+ */
+extern void VqWakeForEverythingLocked(VqDatabaseSlot *slot);
+
+/*
+ * An executor looked the next due time up (next, VQ_NO_NEXT_DUE: none): it
+ * replaces a value that has passed by now, or lowers a later one that a
+ * commit set meanwhile.
+ */
+extern void VqReplaceNextDue(VqDatabaseSlot *slot, TimestampTz next, TimestampTz now);
+
+/* The queue the last due wake-up named (VqNameHash), taken; 0: none. */
+extern uint32 VqTakeDueQueueHint(VqDatabaseSlot *slot);
+
+/* Wake the launcher. */
+extern void VqWakeLauncher(void);
+
+/* Set the latch of every executor of every database (the launcher: each must look at VqShared). */
+extern void VqWakeAllExecutors(void);
+
+#endif							/* VQ_WAKE_H */

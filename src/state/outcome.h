@@ -1,0 +1,51 @@
+/*
+ * outcome.h: writing what happened to jobs (one row write and, except for a
+ * completion without a visible claim, one transition each), and rescuing jobs
+ * whose executor died. Each function runs inside the caller's transaction,
+ * connected to SPI.
+ */
+#ifndef VQ_OUTCOME_H
+#define VQ_OUTCOME_H
+
+#include "nodes/pg_list.h"
+
+#include "main/job.h"
+#include "cache/registry.h"
+
+/*
+ * The select list that writes a job moved out of vq.job_active (a DELETE's
+ * RETURNING j.*) into vq.job_finished, in the table's column order, with
+ * the columns an ending changes given as SQL expressions; the executor's
+ * identity is cleared.
+ */
+#define VQ_FINISHED_ROW(state, updated_at, started_at, finished_at, last_error, total, succeeded, failed) \
+	" execution_id, " state ", priority, attempt_number, max_attempts, scheduled_at, created_at, " \
+	updated_at ", enqueued_by, queue, job_id, handler, handler_address, handler_function, payload, metadata, " \
+	started_at ", " finished_at ", NULL, NULL, consumer_claimed_at, cancel_requested, " \
+	last_error ", " total ", " succeeded ", " failed
+
+/* Mark jobs COMPLETED (a COMPLETED transition for those claimed visibly; implied for the others). */
+extern void VqPersistCompleted(List *jobs, List *outcomes, TimestampTz now);
+
+/* End a job that vq_cancel asked to stop while it ran: CANCELLED, with one CANCELLED transition. */
+extern void VqPersistCancelled(VqJob *job, VqOutcome *outcome, TimestampTz now);
+
+/* Re-enqueue or dead-letter a job that failed or was abandoned; false if its row changed meanwhile. */
+extern bool VqPersistFailure(VqJob *job, VqOutcome *outcome, VqQueue *queue, TimestampTz now);
+
+/* Commit-to-be a visible claim: RUNNING with this executor's identity (or none, for a NOTIFY consumer). */
+extern void VqPersistRunning(VqJob *job, bool external, TimestampTz now);
+
+/*
+ * Abandon RUNNING jobs of dead executors and (with notify, and at most every
+ * tenth of vq.execution_timeout_ms) unanswered NOTIFY jobs; returns how many.
+ */
+extern int	VqRescueOrphans(VqRegistry *registry, TimestampTz now, bool notify);
+
+/* Is any job of this database RUNNING (claimed visibly, or a NOTIFY job in flight)? */
+extern bool VqAnyJobRunning(void);
+
+/* Save the live progress of the jobs the executors of this database run visibly. */
+extern void VqFlushProgress(void);
+
+#endif							/* VQ_OUTCOME_H */
