@@ -208,7 +208,7 @@ done
 # Normalised row: the fixed columns, plus checks of the computed ones.
 NORM="to_jsonb(t) - 'execution_id' - 'job_id' - 'scheduled_at' - 'created_at' - 'updated_at'
       || jsonb_build_object('job_id_ok', t.job_id = 'delayed-' || t.execution_id::text,
-                            'times_ok', t.scheduled_at = t.created_at AND t.created_at = t.updated_at,
+                            'times_ok', t.scheduled_at >= t.created_at AND t.created_at = t.updated_at,
                             'width', pg_column_size(t.*))"
 sanity="$(q "SELECT (SELECT count(*) FROM vq.job) = $((BATCH + 1))
              AND (SELECT count(*) FROM bench.plain_job) = $((BATCH + 1))
