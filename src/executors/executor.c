@@ -937,6 +937,13 @@ SetUpExecutor(Datum arg)
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 
+	/*
+	 * Started after a reload that took the database out of vq.databases (the
+	 * launcher decided to start us before it read the new value): no SIGHUP
+	 * will come to tell us, so look now.
+	 */
+	if (!VqDatabaseSelected(MyDatabaseName()))
+		return false;
 	if (!AttachSlot())
 		return false;
 	before_shmem_exit(DetachSlot, (Datum) 0);
