@@ -1,6 +1,6 @@
 # vq_job: durable delayed-job queue and transactional outbox for PostgreSQL (PGXS build).
 EXTENSION    = vq_job
-EXTVERSION   = 0.1.0
+EXTVERSION   = 0.2.0
 MODULE_big   = vq_job
 OBJS         = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c src/*/*.c)))
 DATA         = $(filter-out $(DATA_built),$(wildcard sql/$(EXTENSION)--*.sql))
