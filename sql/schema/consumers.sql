@@ -1,7 +1,8 @@
--- sql/schema/consumers.sql: the external consumers of NOTIFY handlers: who may consume and
--- produce their jobs (consumer and producer grants), and the calls a consumer makes.
+-- sql/schema/consumers.sql: the workers outside the server that run the jobs of external
+-- (NOTIFY) handlers: who may consume and produce their jobs (consumer and producer grants), and
+-- the protocol a worker speaks (take, reply, lease, logs and progress).
 
--- Roles allowed to consume (pull, read and reply to) the jobs of a NOTIFY handler, besides
+-- Roles allowed to consume (take, read and reply to) the jobs of an external handler, besides
 -- members of each job's enqueuing role. A grant belongs to the registration: unregistering
 -- the handler deletes it, so a handler registered later under the name starts with none.
 CREATE TABLE vq.consumer_grant (
@@ -26,29 +27,57 @@ CREATE TRIGGER producer_grant_registry_changed AFTER INSERT OR UPDATE OR DELETE 
     FOR EACH STATEMENT EXECUTE FUNCTION vq.registry_changed();
 
 ------------------------------------------------------------------------------
--- External consumers of NOTIFY handlers (C). A consumer may act on a job when it is a
--- member of the job's enqueuing role or of a role granted with vq_grant_consumer().
+-- The external-worker protocol (C). A worker may act on a job when it is a member of the
+-- job's enqueuing role or of a role granted with vq_grant_consumer() for its handler.
 ------------------------------------------------------------------------------
+-- Take up to max_jobs due jobs of these external handlers: RUNNING, leased until lease_until.
+CREATE FUNCTION vq_take_jobs(handlers text[], max_jobs integer DEFAULT 1, lease interval DEFAULT NULL)
+RETURNS TABLE (execution_id uuid, attempt integer, handler text, job_id text, payload jsonb,
+               metadata jsonb, queue text, priority integer, max_attempts integer,
+               scheduled_at timestamptz, lease_until timestamptz)
+    LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'vq_take_jobs';
+COMMENT ON FUNCTION vq_take_jobs(text[], integer, interval)
+    IS 'take up to max_jobs due jobs of external handlers (priority, then due time), leased until lease_until';
+-- Reply for many taken jobs: complete, fail, retry (at a time), release (no attempt consumed).
+CREATE FUNCTION vq_reply_jobs(execution_ids uuid[], attempts integer[], outcomes text[] DEFAULT NULL,
+                              errors text[] DEFAULT NULL, retry_at timestamptz[] DEFAULT NULL)
+RETURNS TABLE (execution_id uuid, attempt integer, ignored text)
+    LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'vq_reply_jobs';
+COMMENT ON FUNCTION vq_reply_jobs(uuid[], integer[], text[], text[], timestamptz[])
+    IS 'reply for many taken jobs (complete, fail, retry, release); returns the replies that were ignored, with why';
+-- Extend the leases of jobs still held; tells whether vq_cancel asked them to stop.
+CREATE FUNCTION vq_extend_leases(execution_ids uuid[], attempts integer[], lease interval DEFAULT NULL)
+RETURNS TABLE (execution_id uuid, lease_until timestamptz, cancel_requested boolean)
+    LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'vq_extend_leases';
+COMMENT ON FUNCTION vq_extend_leases(uuid[], integer[], interval)
+    IS 'extend the leases of taken jobs still held (a missing row: the lease was lost)';
+-- Log lines and progress of taken jobs, as vq_log and vq_progress_* write them for function handlers.
+CREATE FUNCTION vq_log_jobs(execution_ids uuid[], attempts integer[], levels text[], messages text[],
+                            fields jsonb[] DEFAULT NULL) RETURNS integer
+    LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'vq_log_jobs';
+COMMENT ON FUNCTION vq_log_jobs(uuid[], integer[], text[], text[], jsonb[])
+    IS 'write log lines of taken jobs into vq.job_log; returns how many were written';
+CREATE FUNCTION vq_progress_jobs(execution_ids uuid[], attempts integer[], total bigint[],
+                                 succeeded bigint[], failed bigint[]) RETURNS integer
+    LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'vq_progress_jobs';
+COMMENT ON FUNCTION vq_progress_jobs(uuid[], integer[], bigint[], bigint[], bigint[])
+    IS 'set the progress counters of taken jobs (absolute values; NULL keeps a counter); returns the jobs updated';
+
+-- The single-job forms.
 CREATE FUNCTION vq_complete(execution_id uuid, attempt integer DEFAULT NULL) RETURNS boolean
     LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'vq_complete';
 COMMENT ON FUNCTION vq_complete(uuid, integer)
-    IS 'reply for a NOTIFY job: done; false (with a WARNING saying why) when the reply is ignored';
+    IS 'reply for a taken job: done; false (with a WARNING saying why) when the reply is ignored';
 CREATE FUNCTION vq_fail(execution_id uuid, error text, attempt integer DEFAULT NULL) RETURNS boolean
     LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'vq_fail';
 COMMENT ON FUNCTION vq_fail(uuid, text, integer)
-    IS 'reply for a NOTIFY job: failed (retry, backoff, dead letter as for function handlers)';
+    IS 'reply for a taken job: failed (retry, backoff, dead letter as for function handlers)';
 CREATE FUNCTION vq_pull(handler text, max_jobs integer DEFAULT 1)
 RETURNS TABLE (execution_id uuid, job_id text, handler text, attempt integer, payload jsonb,
                metadata jsonb, scheduled_at timestamptz, cancel_requested boolean)
     LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'vq_pull';
 COMMENT ON FUNCTION vq_pull(text, integer)
-    IS 'take announced jobs of a NOTIFY handler that no consumer took yet (also the catch-up after downtime)';
-CREATE FUNCTION vq_take(execution_id uuid, attempt integer DEFAULT NULL, handler text DEFAULT NULL)
-RETURNS TABLE (execution_id uuid, job_id text, handler text, attempt integer, payload jsonb,
-               metadata jsonb, scheduled_at timestamptz, cancel_requested boolean)
-    LANGUAGE c VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'vq_take';
-COMMENT ON FUNCTION vq_take(uuid, integer, text)
-    IS 'take the announced NOTIFY job a notification named, if it is of that handler (no row: taken by another consumer, answered, timed out, another handler''s, or not yours)';
+    IS 'take up to max_jobs due jobs of one external handler (vq_take_jobs with the default lease)';
 CREATE FUNCTION vq_job_payload(execution_id uuid) RETURNS jsonb
     LANGUAGE c STABLE STRICT PARALLEL RESTRICTED AS 'MODULE_PATHNAME', 'vq_job_payload';
 

@@ -35,7 +35,8 @@ CREATE TABLE vq.job (
     progress_total      bigint,
     progress_succeeded  bigint,
     progress_failed     bigint,
-    worker_timeline     integer         -- with worker_pid: the server's timeline when the executor claimed it
+    worker_timeline     integer,        -- with worker_pid: the server's timeline when the executor claimed it
+    lease_until         timestamptz     -- an external handler's job taken by a worker: abandoned if not answered by then
 ) PARTITION BY LIST (state);
 
 -- The hot partition: every job is inserted here and leaves when it ends, so its live rows are
@@ -51,19 +52,19 @@ CREATE TABLE vq.job_active PARTITION OF vq.job (CONSTRAINT job_active_pkey PRIMA
           autovacuum_vacuum_insert_scale_factor = 0, autovacuum_vacuum_insert_threshold = 10000,
           autovacuum_analyze_scale_factor = 0, autovacuum_analyze_threshold = 10000,
           autovacuum_vacuum_cost_delay = 0, vacuum_truncate = false);
--- The claim path: due ENQUEUED rows of a queue, highest priority first, then earliest
--- (execution_id breaks ties, so a claim can resume exactly where the previous one ended).
+-- The claim path: due ENQUEUED rows of a queue's function handlers, highest priority first,
+-- then earliest (execution_id breaks ties, so a claim can resume exactly where the previous one
+-- ended). The executors run only these.
 CREATE INDEX job_claim_idx ON vq.job_active (queue, priority DESC, scheduled_at, execution_id)
-    WHERE state = 'ENQUEUED';
+    WHERE state = 'ENQUEUED' AND handler_function IS NOT NULL;
+-- The take path: ENQUEUED jobs of external handlers, which workers outside the server take with
+-- vq_take_jobs, by queue and handler in the same order. Every job is in one of the two indexes.
+CREATE INDEX job_take_idx ON vq.job_active (queue, handler, priority DESC, scheduled_at, execution_id)
+    WHERE state = 'ENQUEUED' AND handler_function IS NULL;
 -- Jobs claimed visibly, for the rescue of those whose executor died; with worker_pid NULL,
--- the NOTIFY jobs in flight, by queue: a queue's claim counts its own (VqExternalInFlight)
--- without stepping over the row versions of every other queue's NOTIFY jobs.
+-- the jobs workers hold, by queue: a queue's take counts its own (inflight.c) without
+-- stepping over the row versions of every other queue's, and the rescue finds expired leases.
 CREATE INDEX job_running_idx ON vq.job_active (worker_pid, queue) WHERE state = 'RUNNING';
--- vq_pull: a NOTIFY handler's announced jobs in the order consumers take them (priority
--- negated, so that one row comparison can start the scan where the previous pull ended;
--- see pullpos.c). Jobs taken and not yet answered stay in it (taking one is a HOT update).
-CREATE INDEX job_pull_idx ON vq.job_active (handler, (- priority::bigint), scheduled_at, execution_id)
-    WHERE state = 'RUNNING' AND worker_pid IS NULL;
 -- job_id is an idempotency key among the unfinished jobs (the rows of this partition) of the
 -- role that enqueued them: each role has its own, so no role can take or probe another's ids.
 CREATE UNIQUE INDEX job_active_job_id_key ON vq.job_active (enqueued_by, job_id);
@@ -74,9 +75,10 @@ CREATE TABLE vq.job_finished PARTITION OF vq.job (CONSTRAINT job_finished_pkey P
 -- Finished jobs by age, for retention.
 CREATE INDEX job_finished_idx ON vq.job_finished (finished_at);
 
--- One row per state transition of a job, except the COMPLETED transition of a job that ran
--- without a visible claim (ENQUEUED -> COMPLETED, the common case): the finished job row
--- records that one (vq.job_transition shows both).
+-- One row per state transition of a job, except two that the job row records: the COMPLETED
+-- transition of a job that ran without a visible claim (ENQUEUED -> COMPLETED, the common case),
+-- and the CLAIMED and COMPLETED transitions of a job a worker took and completed (its
+-- consumer_claimed_at is the take); vq.job_transition shows them all.
 CREATE TABLE vq.job_transition_data (
     id              bigint GENERATED ALWAYS AS IDENTITY,
     execution_id    uuid NOT NULL,
@@ -91,16 +93,29 @@ CREATE TABLE vq.job_transition_data (
     CONSTRAINT job_transition_pkey PRIMARY KEY (execution_id, id)
 );
 
--- Every transition of the jobs the caller may see: the stored ones, and the COMPLETED
--- transition implied by a job that completed without one (a job completes at most once:
--- vq_redrive re-enqueues dead letters only). Implied rows have no id and sort after the
--- stored ones of their job in id order.
+-- Every transition of the jobs the caller may see: the stored ones; the CLAIMED transition
+-- implied by a job a worker holds or completed (consumer_claimed_at: the take; an attempt that
+-- ended otherwise stores its CLAIMED row); and the COMPLETED transition implied by a job that
+-- completed without one (from ENQUEUED when it ran inline, from RUNNING when a worker took it;
+-- a job completes at most once: vq_redrive re-enqueues dead letters only). Implied rows have no
+-- id and sort after the stored ones of their job in id order.
 CREATE VIEW vq.job_transition WITH (security_invoker = true) AS
 SELECT t.id, t.execution_id, t.attempt_number, t.kind, t.from_state, t.to_state, t.error, t.at
   FROM vq.job_transition_data t
 UNION ALL
+SELECT NULL::bigint, j.execution_id, j.attempt_number, 'CLAIMED'::text,
+       'ENQUEUED'::vq.job_state, 'RUNNING'::vq.job_state, NULL::text, j.consumer_claimed_at
+  FROM vq.job j
+ WHERE j.consumer_claimed_at IS NOT NULL
+   AND j.state OPERATOR(pg_catalog.=) ANY ('{RUNNING,COMPLETED}'::vq.job_state[])
+   AND NOT EXISTS (SELECT 1 FROM vq.job_transition_data c
+                    WHERE c.execution_id OPERATOR(pg_catalog.=) j.execution_id
+                      AND c.attempt_number OPERATOR(pg_catalog.=) j.attempt_number
+                      AND c.kind OPERATOR(pg_catalog.=) 'CLAIMED')
+UNION ALL
 SELECT NULL::bigint, j.execution_id, j.attempt_number, 'COMPLETED'::text,
-       'ENQUEUED'::vq.job_state, 'COMPLETED'::vq.job_state, NULL::text, j.finished_at
+       CASE WHEN j.consumer_claimed_at IS NULL THEN 'ENQUEUED'::vq.job_state ELSE 'RUNNING'::vq.job_state END,
+       'COMPLETED'::vq.job_state, NULL::text, j.finished_at
   FROM vq.job j
  WHERE j.state OPERATOR(pg_catalog.=) 'COMPLETED'::vq.job_state
    AND NOT EXISTS (SELECT 1 FROM vq.job_transition_data c

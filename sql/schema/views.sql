@@ -1,13 +1,20 @@
 -- sql/schema/views.sql: the views for monitoring and operators (vq.job_transition, the history
 -- view, is in jobs.sql: vq.callback_event stores its rows).
 
--- Jobs running now with live progress; a role sees the jobs it may see in vq.job.
+-- Jobs running now with live progress: those the executors run (shared memory) and those
+-- workers hold (lease_until); a role sees the jobs it may see in vq.job.
 CREATE VIEW vq.running_jobs WITH (security_invoker = true) AS
 SELECT r.execution_id, j.job_id, r.handler, j.queue, r.attempt_number, r.started_at,
        r.progress_total, r.progress_succeeded, r.progress_failed, r.cancel_requested,
-       r.pid AS executor_pid, j.enqueued_by
+       r.pid AS executor_pid, j.enqueued_by, NULL::pg_catalog.timestamptz AS lease_until
   FROM vq.running_jobs_now() r
-  JOIN vq.job j ON j.execution_id OPERATOR(pg_catalog.=) r.execution_id;
+  JOIN vq.job j ON j.execution_id OPERATOR(pg_catalog.=) r.execution_id
+UNION ALL
+SELECT j.execution_id, j.job_id, j.handler, j.queue, j.attempt_number, j.started_at,
+       j.progress_total, j.progress_succeeded, j.progress_failed, j.cancel_requested,
+       NULL::integer, j.enqueued_by, j.lease_until
+  FROM vq.job j
+ WHERE j.state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state AND j.worker_pid IS NULL;
 
 -- Per queue: jobs by state, how late the oldest due job is, and what finished in the last
 -- minute; scope 'all' (every job: pg_monitor and granted roles) or 'own' (the jobs the caller

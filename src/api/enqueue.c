@@ -82,6 +82,13 @@ typedef struct JobSpec
 } JobSpec;
 
 static void CheckQueueGrant(const JobSpec *spec);
+
+/* The name of the spec's handler if it is an external one (its jobs are taken by workers), else NULL. */
+static inline const char *
+ExternalHandlerName(const JobSpec *spec)
+{
+	return spec->handler->is_function ? NULL : spec->handler->name;
+}
 static void RunWrite(SPIPlanPtr plan, Datum *values, const char *nulls, int expected);
 
 /* Columns every insert plan binds, in this order, as $1..$NCOMMON. */
@@ -554,7 +561,8 @@ InsertOne(const JobSpec *spec, Datum payload, bool payload_null, text *job_id, I
 	VqFinishAsOwner(&saved);
 	PopPersistContext(&errcb);
 	/* (nobody claims from a paused queue: waking it would be wasted) */
-	VqJobsEnqueuedAtCommit(spec->queue->name, spec->priority, spec->scheduled_at, !spec->queue->paused);
+	VqJobsEnqueuedAtCommit(spec->queue->name, ExternalHandlerName(spec), spec->priority, spec->scheduled_at,
+						   !spec->queue->paused);
 	return result;
 }
 
@@ -794,7 +802,8 @@ InsertMany(const JobSpec *spec, ArrayType *payloads, ArrayType *job_ids, Datum *
 	}
 	VqFinishAsOwner(&saved);
 	PopPersistContext(&errcb);
-	VqJobsEnqueuedAtCommit(spec->queue->name, spec->priority, spec->scheduled_at, !spec->queue->paused);
+	VqJobsEnqueuedAtCommit(spec->queue->name, ExternalHandlerName(spec), spec->priority, spec->scheduled_at,
+						   !spec->queue->paused);
 }
 
 /*
@@ -943,6 +952,7 @@ VqEnqueueManyResolved(VqRegistry *registry, int n, VqHandler **handler_of, Datum
 			 values, NULL, SPI_OK_INSERT);
 	VqFinishAsOwner(&saved);
 	for (int i = 0; i < n; i++)
-		VqJobsEnqueuedAtCommit(TextDatumGetCString(queues[i]), DatumGetInt32(priorities[i]),
-							   DatumGetTimestampTz(scheduled[i]), true);
+		VqJobsEnqueuedAtCommit(TextDatumGetCString(queues[i]),
+							   handler_of[i]->is_function ? NULL : handler_of[i]->name,
+							   DatumGetInt32(priorities[i]), DatumGetTimestampTz(scheduled[i]), true);
 }

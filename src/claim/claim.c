@@ -216,15 +216,14 @@ RoomInQueue(VqRegistry *registry, VqQueue *queue, TimestampTz now)
 	if (room > 0 && registry->has_notify_handlers)
 	{
 		/*
-		 * Announced NOTIFY jobs hold capacity too. The bound was read with
-		 * the reservation, and a count is made after it: another executor's
-		 * announcements are then in its reservation, or committed (in the
-		 * bound or the count), never missed. Counting only when the bound
-		 * leaves too little room keeps claims from walking the queue's NOTIFY
-		 * jobs each time.
+		 * Jobs workers took hold capacity too. The bound was read with the
+		 * reservation, and a count is made after it: a take is in the bound
+		 * from before its scan until its transaction ends, and in the table
+		 * after (inflight.c). Counting only when the bound leaves too little
+		 * room keeps claims from walking the queue's taken jobs each time.
 		 */
 		if (notify_bound < 0 || cap - others - notify_bound < room)
-			notify_bound = VqCountNotifyInFlight(queue, now);
+			notify_bound = VqCountNotifyInFlight(queue);
 		room = Min(room, Max(0, cap - others - notify_bound));
 		if (room == 0)
 			VqSetClaimed(0, false);
@@ -337,7 +336,7 @@ VqEndHandlerTurn(void)
 	" attempt_number, max_attempts, scheduled_at, payload, metadata, enqueued_by, handler_function" \
 	" FROM vq.job_active" \
 	" WHERE queue OPERATOR(pg_catalog.=) $1" \
-	" AND state OPERATOR(pg_catalog.=) 'ENQUEUED'::vq.job_state" \
+	" AND" VQ_CLAIMABLE \
 	" AND scheduled_at OPERATOR(pg_catalog.<=) $2" \
 	" AND handler OPERATOR(pg_catalog.<>) ALL ($3)"
 
@@ -430,12 +429,10 @@ LearnLevels(VqQueue *queue)
 	if (SPI_execute_plan(VqKeepPlan(&levels_plan,
 								  "WITH RECURSIVE l(p) AS ("
 								  " SELECT pg_catalog.max(priority) FROM vq.job_active"
-								  "  WHERE queue OPERATOR(pg_catalog.=) $1"
-								  "  AND state OPERATOR(pg_catalog.=) 'ENQUEUED'::vq.job_state"
+								  "  WHERE queue OPERATOR(pg_catalog.=) $1 AND" VQ_CLAIMABLE
 								  " UNION ALL"
 								  " SELECT (SELECT pg_catalog.max(priority) FROM vq.job_active"
-								  "  WHERE queue OPERATOR(pg_catalog.=) $1"
-								  "  AND state OPERATOR(pg_catalog.=) 'ENQUEUED'::vq.job_state"
+								  "  WHERE queue OPERATOR(pg_catalog.=) $1 AND" VQ_CLAIMABLE
 								  "  AND priority OPERATOR(pg_catalog.<) l.p)"
 								  " FROM l WHERE l.p IS NOT NULL)"
 								  " SELECT p FROM l WHERE p IS NOT NULL LIMIT $2",
@@ -565,39 +562,6 @@ VqClaimNext(VqRegistry *registry, TimestampTz now, bool use_hint, MemoryContext 
 		return true;
 	}
 	return false;
-}
-
-/* Has the queue a due ENQUEUED job? */
-static bool
-AnyDue(VqQueue *queue, TimestampTz now)
-{
-	static SPIPlanPtr due_plan = NULL;
-	Datum		values[2];
-
-	values[0] = queue->name_datum;
-	values[1] = TimestampTzGetDatum(now);
-	if (SPI_execute_plan(VqKeepPlan(&due_plan,
-								  "SELECT 1 FROM vq.job_active WHERE queue OPERATOR(pg_catalog.=) $1"
-								  " AND state OPERATOR(pg_catalog.=) 'ENQUEUED'::vq.job_state"
-								  " AND scheduled_at OPERATOR(pg_catalog.<=) $2 LIMIT 1",
-								  2, (Oid[]) {TEXTOID, TIMESTAMPTZOID}),
-						 values, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "vq_job: looking for due jobs failed");
-	return SPI_processed > 0;
-}
-
-/*
- * Room in a queue to announce again NOTIFY jobs that no consumer took: only
- * when none of its jobs is due (function jobs never wait for an absent
- * consumer), reserved like a claim's room (release it with VqSetClaimed(0,
- * false) once the announcements are committed).
- */
-int
-VqRoomToReannounce(VqRegistry *registry, VqQueue *queue, TimestampTz now)
-{
-	if (queue->paused || AnyDue(queue, now))
-		return 0;
-	return RoomInQueue(registry, queue, now);
 }
 
 /* The earliest scheduled_at of any ENQUEUED job still in the future (plain query over every queue). */

@@ -1,45 +1,49 @@
 /*
  * claimpos.c: claim positions.
  *
- * A claim takes the due jobs of a queue in (priority DESC, scheduled_at,
- * execution_id) order from the partial index job_claim_idx. Every job it
+ * A claim takes the due jobs of a lane in (priority DESC, scheduled_at,
+ * execution_id) order from a partial index: an executor's claim takes a queue's
+ * function jobs from job_claim_idx, a worker's take one external handler's
+ * jobs in a queue from job_take_idx (lane "queue/handler"). Every job it
  * finishes leaves an index entry behind that later scans must step over until
  * vacuum removes it, and a long-held snapshot (a report, pg_dump, an idle
  * transaction) keeps vacuum from removing any: a plain "first due jobs" scan
  * then walks every job finished since the snapshot was taken. So for each
- * priority level of a queue the database's slot remembers the key where
- * claims got to, and each claim scans a level from there.
+ * priority level of a lane the database's slot remembers the key where
+ * claims got to, and each claim scans a level from there. The claimers are
+ * the executors and the takes in flight (take.c), VQ_MAX_CLAIMERS in all.
  *
  * The invariant, per level: every ENQUEUED job that no claim holds and whose
  * commit is visible has a key after the level's position, or a commit will
  * lower the position to its key. It is kept by
  *  - commits: every transaction that makes jobs ENQUEUED (an enqueue, a retry,
  *    an abandoned job put back, jobs an executor claimed and released
- *    untouched) lowers the positions of their levels after it commits
- *    (wakeup.c), creating a level it has not seen;
+ *    untouched, jobs a take gave back) lowers the positions of their levels
+ *    after it commits (wakeup.c), creating a level it has not seen; a take
+ *    whose transaction aborts lowers them to the jobs it had taken (take.c);
  *  - claims: a claim reads the positions before its scans take their
  *    snapshots, and moves a level's position only to the last key it took, or
  *    to the lowest key a commit lowered that level to while it claimed, if
  *    lower (a commit its snapshot may have missed);
  *  - resets: positions are forgotten when an executor exits abnormally (it may
  *    have released claimed jobs without lowering) and when jobs are made due
- *    by other means (vq_redrive); then each queue's levels are learnt again
+ *    by other means (vq_redrive); then each lane's levels are learnt again
  *    with a query, and scanned from their start once.
  * A safety net checks it: every 10 s (less often when a look takes long)
  * executor 0 looks for a due job behind each level's position, and moves the
  * position back to any it finds (poscheck.c).
  * A future job needs nothing: within its level, no claim can pass its key
- * before it is due. A queue whose levels are not all known, or a database
+ * before it is due. A lane whose levels are not all known, or a database
  * with more levels than fit (VQ_MAX_CLAIM_LEVELS), is claimed the plain way.
  * The outbox relay keeps one position the same way, by id, for the rows due
  * at publication (see relay.c).
  */
 #include "postgres.h"
 
+#include "miscadmin.h"
 #include "utils/timestamp.h"
 
 #include "claim/claimpos.h"
-#include "claim/pullpos.h"
 
 /* -infinity: before every key. */
 static const VqClaimKey KeyMin = {DT_NOBEGIN, {{0}}};
@@ -57,19 +61,29 @@ CompareKeys(const VqClaimKey *a, const VqClaimKey *b)
 	return memcmp(a->execution_id.data, b->execution_id.data, UUID_LEN);
 }
 
-/* Are the levels of this queue all known? (caller holds the slot's lock) */
-static int
-KnownIndex(VqClaimPositions *p, const char *queue)
+/* The name of a lane (see claimpos.h). */
+void
+VqLaneName(char *lane, const char *queue, const char *handler)
 {
-	for (int i = 0; i < VQ_MAX_CLAIM_QUEUES; i++)
-		if (strcmp(p->known[i], queue) == 0)
+	if (handler == NULL)
+		strlcpy(lane, queue, VQ_LANE_MAX + 1);
+	else
+		snprintf(lane, VQ_LANE_MAX + 1, "%s/%s", queue, handler);
+}
+
+/* Are the levels of this lane all known? (caller holds the slot's lock) */
+static int
+KnownIndex(VqClaimPositions *p, const char *lane)
+{
+	for (int i = 0; i < VQ_MAX_CLAIM_LANES; i++)
+		if (strcmp(p->known[i], lane) == 0)
 			return i;
 	return -1;
 }
 
-/* The level (queue, priority), created if asked and there is room; NULL otherwise. */
+/* The level (lane, priority), created if asked and there is room; NULL otherwise. */
 static VqClaimLevel *
-FindLevel(VqClaimPositions *p, const char *queue, int32 priority, bool create)
+FindLevel(VqClaimPositions *p, const char *lane, int32 priority, bool create)
 {
 	VqClaimLevel *free_level = NULL;
 
@@ -79,7 +93,7 @@ FindLevel(VqClaimPositions *p, const char *queue, int32 priority, bool create)
 
 		if (!l->used)
 			free_level = free_level ? free_level : l;
-		else if (l->priority == priority && strcmp(l->queue, queue) == 0)
+		else if (l->priority == priority && strcmp(l->lane, lane) == 0)
 			return l;
 	}
 	if (!create)
@@ -91,7 +105,7 @@ FindLevel(VqClaimPositions *p, const char *queue, int32 priority, bool create)
 	}
 	memset(free_level, 0, sizeof(VqClaimLevel));
 	free_level->used = true;
-	strlcpy(free_level->queue, queue, sizeof(free_level->queue));
+	strlcpy(free_level->lane, lane, sizeof(free_level->lane));
 	free_level->priority = priority;
 	free_level->pos = KeyMin;
 	return free_level;
@@ -108,29 +122,30 @@ ByPriorityDesc(const void *a, const void *b)
 }
 
 /*
- * Copy the levels of a known queue into scans, highest priority first; with
- * executor >= 0, register it as claiming from each. False when the queue's
+ * Copy the levels of a known lane into scans, highest priority first; with
+ * claimer >= 0, register it as claiming from each. False when the lane's
  * levels are not all known.
  */
 static bool
-CopyLevels(VqDatabaseSlot *slot, int executor, const char *queue, VqClaimScan *scans, int *nscans)
+CopyLevels(VqDatabaseSlot *slot, int claimer, const char *lane, VqClaimScan *scans, int *nscans)
 {
 	VqClaimPositions *p = &slot->positions;
 	bool		known;
 
 	*nscans = 0;
-	LWLockAcquire(slot->lock, executor >= 0 ? LW_EXCLUSIVE : LW_SHARED);
-	known = !p->overflow && KnownIndex(p, queue) >= 0;
+	LWLockAcquire(slot->lock, claimer >= 0 ? LW_EXCLUSIVE : LW_SHARED);
+	/* (a worker's take found the slot without holding it: it may serve another database by now) */
+	known = slot->dboid == MyDatabaseId && !p->overflow && KnownIndex(p, lane) >= 0;
 	for (int i = 0; known && i < VQ_MAX_CLAIM_LEVELS; i++)
 	{
 		VqClaimLevel *l = &p->levels[i];
 
-		if (!l->used || strcmp(l->queue, queue) != 0)
+		if (!l->used || strcmp(l->lane, lane) != 0)
 			continue;
-		if (executor >= 0)
+		if (claimer >= 0)
 		{
-			l->claimers |= (uint64) 1 << executor;
-			l->floor[executor] = KeyMax;
+			l->claiming[claimer] = true;
+			l->floor[claimer] = KeyMax;
 		}
 		scans[*nscans].priority = l->priority;
 		scans[*nscans].from = l->pos;
@@ -143,79 +158,80 @@ CopyLevels(VqDatabaseSlot *slot, int executor, const char *queue, VqClaimScan *s
 	return known;
 }
 
-/* Begin a claim on a queue (see claimpos.h). */
+/* Begin a claim on a lane (see claimpos.h). */
 bool
-VqClaimPositionsBegin(VqDatabaseSlot *slot, int executor, const char *queue, VqClaimScan *scans, int *nscans)
+VqClaimPositionsBegin(VqDatabaseSlot *slot, int claimer, const char *lane, VqClaimScan *scans, int *nscans)
 {
-	return CopyLevels(slot, executor, queue, scans, nscans);
+	return CopyLevels(slot, claimer, lane, scans, nscans);
 }
 
-/* The levels of a queue, without claiming (see claimpos.h). */
+/* The levels of a lane, without claiming (see claimpos.h). */
 bool
-VqClaimPositionsLevels(VqDatabaseSlot *slot, const char *queue, VqClaimScan *scans, int *nscans)
+VqClaimPositionsLevels(VqDatabaseSlot *slot, const char *lane, VqClaimScan *scans, int *nscans)
 {
-	return CopyLevels(slot, -1, queue, scans, nscans);
+	return CopyLevels(slot, -1, lane, scans, nscans);
 }
 
 /* End a claim (see claimpos.h). */
 void
-VqClaimPositionsEnd(VqDatabaseSlot *slot, int executor, const char *queue, VqClaimScan *scans, int nscans)
+VqClaimPositionsEnd(VqDatabaseSlot *slot, int claimer, const char *lane, VqClaimScan *scans, int nscans)
 {
 	VqClaimPositions *p = &slot->positions;
 
 	LWLockAcquire(slot->lock, LW_EXCLUSIVE);
-	for (int i = 0; i < nscans; i++)
+	for (int i = 0; i < nscans && slot->dboid == MyDatabaseId; i++)
 	{
-		VqClaimLevel *l = FindLevel(p, queue, scans[i].priority, false);
-		bool		registered = l != NULL && (l->claimers & ((uint64) 1 << executor));
+		VqClaimLevel *l = FindLevel(p, lane, scans[i].priority, false);
+		bool		registered = l != NULL && claimer >= 0 && l->claiming[claimer];
 		VqClaimKey	to;
 
 		if (!registered)
 			continue;			/* forgotten (and maybe learnt again) meanwhile */
-		l->claimers &= ~((uint64) 1 << executor);
+		l->claiming[claimer] = false;
 		if (!scans[i].took)
 			continue;
-		to = CompareKeys(&scans[i].last, &l->floor[executor]) < 0 ? scans[i].last : l->floor[executor];
+		to = CompareKeys(&scans[i].last, &l->floor[claimer]) < 0 ? scans[i].last : l->floor[claimer];
 		if (CompareKeys(&to, &l->pos) > 0)
 			l->pos = to;
 	}
 	LWLockRelease(slot->lock);
 }
 
-/* The levels a query found in a queue: claims scan each from its start (see claimpos.h). */
+/* The levels a query found in a lane: claims scan each from its start (see claimpos.h). */
 void
-VqClaimPositionsLearn(VqDatabaseSlot *slot, const char *queue, const int32 *priorities, int n, bool more)
+VqClaimPositionsLearn(VqDatabaseSlot *slot, const char *lane, const int32 *priorities, int n, bool more)
 {
 	VqClaimPositions *p = &slot->positions;
 	int			free_known = -1;
 
 	LWLockAcquire(slot->lock, LW_EXCLUSIVE);
+	if (slot->dboid != MyDatabaseId)
+	{
+		LWLockRelease(slot->lock);
+		return;
+	}
 	if (more)
 		p->overflow = true;		/* more levels than fit: claims fall back to the plain scan */
 	for (int i = 0; i < n; i++)
-		(void) FindLevel(p, queue, priorities[i], true);
+		(void) FindLevel(p, lane, priorities[i], true);
 	/* jobs may predate what commits lowered the levels to: all from the start */
 	for (int i = 0; i < VQ_MAX_CLAIM_LEVELS; i++)
-		if (p->levels[i].used && strcmp(p->levels[i].queue, queue) == 0)
+		if (p->levels[i].used && strcmp(p->levels[i].lane, lane) == 0)
 			p->levels[i].pos = KeyMin;
-	for (int i = 0; i < VQ_MAX_CLAIM_QUEUES && KnownIndex(p, queue) < 0; i++)
+	for (int i = 0; i < VQ_MAX_CLAIM_LANES && KnownIndex(p, lane) < 0; i++)
 		if (p->known[i][0] == '\0')
 			free_known = i;
-	if (KnownIndex(p, queue) < 0)
-	{
-		if (free_known >= 0)
-			strlcpy(p->known[free_known], queue, sizeof(p->known[free_known]));
-		else
-			p->overflow = true;
-	}
+	/* (no room to remember it: this lane's claims stay plain, the others keep their positions) */
+	if (KnownIndex(p, lane) < 0 && free_known >= 0)
+		strlcpy(p->known[free_known], lane, sizeof(p->known[free_known]));
 	LWLockRelease(slot->lock);
 }
 
-/* Committed: jobs of (queue, priority) became ENQUEUED at scheduled_at or later. */
+/* Committed: jobs of (lane, priority) became ENQUEUED at scheduled_at or later. */
 void
-VqClaimPositionLower(VqDatabaseSlot *slot, const char *queue, int32 priority, TimestampTz scheduled_at)
+VqClaimPositionLower(VqDatabaseSlot *slot, const char *lane, int32 priority, TimestampTz scheduled_at)
 {
-	VqClaimLevel *l = FindLevel(&slot->positions, queue, priority, true);
+	VqClaimLevel *l = FindLevel(&slot->positions, lane, priority, true);
 	VqClaimKey	key = KeyMin;
 
 	if (l == NULL)
@@ -223,26 +239,40 @@ VqClaimPositionLower(VqDatabaseSlot *slot, const char *queue, int32 priority, Ti
 	key.scheduled_at = scheduled_at;
 	if (CompareKeys(&key, &l->pos) < 0)
 		l->pos = key;
-	for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
-		if ((l->claimers & ((uint64) 1 << i)) && CompareKeys(&key, &l->floor[i]) < 0)
+	for (int i = 0; i < VQ_MAX_CLAIMERS; i++)
+		if (l->claiming[i] && CompareKeys(&key, &l->floor[i]) < 0)
 			l->floor[i] = key;
 }
 
-/* The positions check found a due job of (queue, priority) behind the position: move it back (takes the slot's lock). */
+/* A job of (lane, priority) waits behind the position: move it back (takes the slot's lock). */
 void
-VqClaimPositionMoveBack(VqDatabaseSlot *slot, const char *queue, int32 priority, TimestampTz scheduled_at)
+VqClaimPositionMoveBack(VqDatabaseSlot *slot, const char *lane, int32 priority, TimestampTz scheduled_at)
 {
 	LWLockAcquire(slot->lock, LW_EXCLUSIVE);
-	VqClaimPositionLower(slot, queue, priority, scheduled_at);
+	if (slot->dboid == MyDatabaseId)
+		VqClaimPositionLower(slot, lane, priority, scheduled_at);
 	LWLockRelease(slot->lock);
 }
 
-/* Forget every position of a database: the claims', the relay's and the pulls' (pullpos.c). */
+/* The lanes whose levels are all known (see claimpos.h). */
+int
+VqClaimKnownLanes(VqDatabaseSlot *slot, char (*lanes)[VQ_LANE_MAX + 1], int max)
+{
+	int			n = 0;
+
+	LWLockAcquire(slot->lock, LW_SHARED);
+	for (int i = 0; i < VQ_MAX_CLAIM_LANES && n < max && slot->dboid == MyDatabaseId; i++)
+		if (slot->positions.known[i][0] != '\0')
+			strlcpy(lanes[n++], slot->positions.known[i], VQ_LANE_MAX + 1);
+	LWLockRelease(slot->lock);
+	return n;
+}
+
+/* Forget every position of a database: the claims', the takes' and the relay's. */
 void
 VqClaimPositionsForget(VqDatabaseSlot *slot)
 {
 	memset(&slot->positions, 0, sizeof(VqClaimPositions));
-	VqPullPositionsForget(slot);
 }
 
 /* Begin a relay (see claimpos.h). */

@@ -1,7 +1,7 @@
 /*
- * inflight.h: an upper bound of each queue's NOTIFY jobs in flight, so that
- * claims count them in the table only when it leaves too little room (see
- * inflight.c).
+ * inflight.h: an upper bound of each queue's external jobs in flight (taken
+ * by workers and not answered), so that claims and takes count them in the
+ * table only when it leaves too little room (see inflight.c).
  */
 #ifndef VQ_INFLIGHT_H
 #define VQ_INFLIGHT_H
@@ -11,27 +11,25 @@
 #include "main/shmem.h"
 #include "cache/registry.h"
 
-/* The bound of a queue's NOTIFY jobs in flight, or -1 when none is known (caller holds the slot's lock). */
+/* The bound of a queue's external jobs in flight, or -1 when none is known (caller holds the slot's lock). */
 extern int	VqNotifyBoundLocked(VqDatabaseSlot *slot, const char *queue);
 
 /* The launcher: a database takes the slot, with no bounds (caller holds the slot's lock exclusively). */
 extern void VqNotifyBoundsForget(VqDatabaseSlot *slot);
 
-/*
- * Executors: count a queue's NOTIFY jobs in flight in the table (those that
- * hold capacity), and make the count the queue's new bound.
- */
-extern int	VqCountNotifyInFlight(VqQueue *queue, TimestampTz now);
+/* Count a queue's external jobs in flight in the table; the count becomes its bound (returned). */
+extern int	VqCountNotifyInFlight(VqQueue *queue);
 
 /*
- * Executors: a NOTIFY job of the queue is announced in this transaction; once
- * it has committed, VqAnnouncementsCommitted adds them to their queues' bounds
- * (call it before lowering the reservation they were made in).
+ * A take: reserve room for up to want jobs in the queue (its capacity less the
+ * executors' claims and the jobs workers hold); returns how many it may take.
+ * They count as taken until this transaction ends; VqReleaseTakeRoom gives back
+ * what the take did not use.
  */
-extern void VqNoteAnnounced(const char *queue);
-extern void VqAnnouncementsCommitted(void);
+extern int	VqReserveTakeRoom(VqQueue *queue, int want);
+extern void VqReleaseTakeRoom(VqQueue *queue, int unused);
 
-/* A consumer's reply ends a NOTIFY job of the queue in this transaction: its bound goes down at commit. */
+/* A reply ends a taken job of the queue in this transaction: its bound goes down at commit. */
 extern void VqNotifyJobEnding(const char *queue);
 
 #endif							/* VQ_INFLIGHT_H */

@@ -1,5 +1,5 @@
 /*
- * poscheck.h: the claim and pull positions' safety net, run by executor 0
+ * poscheck.h: the claim positions' safety net, run by executor 0
  * (see poscheck.c).
  */
 #ifndef VQ_POSCHECK_H
@@ -13,8 +13,5 @@
 
 /* Executor 0, every few seconds: move claim positions back to any due job they passed. */
 extern void VqCheckClaimPositions(VqRegistry *registry, TimestampTz now);
-
-/* Executor 0, with the claim positions check: move pull positions back to any waiting job they passed. */
-extern void VqCheckPullPositions(TimestampTz now);
 
 #endif							/* VQ_POSCHECK_H */

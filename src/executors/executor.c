@@ -77,7 +77,7 @@
 #include "claim/claimpos.h"
 #include "claim/inflight.h"
 #include "claim/poscheck.h"
-#include "claim/pullpos.h"
+#include "claim/take.h"
 #include "state/outcome.h"
 #include "state/wakeup.h"
 #include "run/deferred.h"
@@ -167,8 +167,6 @@ static bool quiet = false;
 static uint64 exits_when_quiet = 0;
 static bool retention_behind = false;
 static bool started_always_running = false; /* started as one of vq.executors_per_database (or told to go) */
-
-static void CommitCycle(bool announced_only);
 
 /* ---- identity and the extension ------------------------------------------------------- */
 
@@ -404,26 +402,26 @@ CheckExtension(TimestampTz now)
 /* ---- housekeeping -------------------------------------------------------------------- */
 
 /*
- * Whether this executor looks at the database's NOTIFY jobs in flight now
- * (announce again those no consumer took, abandon those no reply came for):
- * one executor per RESCUE_INTERVAL_MS, whichever comes first, since each look
- * walks every RUNNING version of a NOTIFY job that vacuum has not removed.
+ * Whether this executor looks for jobs whose lease expired now (workers
+ * outside the server took them and did not answer in time): one executor
+ * per RESCUE_INTERVAL_MS, whichever comes first, since each look walks every
+ * RUNNING version of a taken job that vacuum has not removed.
  */
 static bool
-TakeNotifySweepTurn(TimestampTz now)
+TakeLeaseSweepTurn(TimestampTz now)
 {
-	uint64		last = pg_atomic_read_u64(&VqMyDatabaseSlot->notify_sweep_at);
+	uint64		last = pg_atomic_read_u64(&VqMyDatabaseSlot->lease_sweep_at);
 
 	return !TimestampDifferenceExceeds((TimestampTz) last, now, RESCUE_INTERVAL_MS) ? false :
-		pg_atomic_compare_exchange_u64(&VqMyDatabaseSlot->notify_sweep_at, &last, (uint64) now);
+		pg_atomic_compare_exchange_u64(&VqMyDatabaseSlot->lease_sweep_at, &last, (uint64) now);
 }
 
 /*
  * Between claims, in a short transaction of its own when any is due: make
  * sure the extension is still there (a CREATE or DROP EXTENSION also moves
- * the slot's generation), abandon jobs of dead executors, announce again
- * NOTIFY jobs no consumer took. Its own transaction, so that the rows it
- * touches are not held through a batch.
+ * the slot's generation), abandon jobs of dead executors and jobs whose
+ * lease expired. Its own transaction, so that the rows it touches are not
+ * held through a batch.
  */
 static void
 Housekeeping(TimestampTz now)
@@ -433,7 +431,6 @@ Housekeeping(TimestampTz now)
 	bool		rescue = TimestampDifferenceExceeds(last_rescue, now, RESCUE_INTERVAL_MS);
 	bool		positions = VqMyExecutorIndex == 0 &&
 		now >= next_positions_check;
-	bool		reserved = false;
 
 	if (!check && !rescue && !positions)
 		return;
@@ -445,8 +442,6 @@ Housekeeping(TimestampTz now)
 		VqRegistry *registry = VqRegistryPin();
 
 		VqCheckClaimPositions(registry, now);
-		if (registry->has_notify_handlers)
-			VqCheckPullPositions(now);
 		VqRegistryRelease(registry);
 		next_positions_check = now + Max((TimestampTz) POSITIONS_CHECK_MS * 1000,
 										 (GetCurrentTimestamp() - now) * POSITIONS_CHECK_SHARE);
@@ -454,24 +449,18 @@ Housekeeping(TimestampTz now)
 	if (rescue)
 	{
 		VqRegistry *registry = VqRegistryPin();
-		bool		notify_turn = registry->has_notify_handlers && TakeNotifySweepTurn(now);
+		bool		lease_turn = registry->has_notify_handlers && TakeLeaseSweepTurn(now);
 		uint64		exits = pg_atomic_read_u64(&VqMyDatabaseSlot->executor_exits);
 
-		if (VqRescueOrphans(registry, now, notify_turn) > 0)
+		if (VqRescueOrphans(registry, now, lease_turn) > 0)
 			VqPollAllNow(now);
-		if (notify_turn)
-			reserved = VqReannounceWaiting(registry, now);
 		VqRegistryRelease(registry);
 		last_rescue = now;
 		/* (looked at only between idle cycles: a busy executor is never quiet) */
 		quiet = !last_cycle_found_work && !VqAnyJobRunning();
 		exits_when_quiet = exits;
 	}
-	CommitCycle(reserved);
-	VqAnnouncementsCommitted();
-	VqPullAnnouncementsCommitted();
-	if (reserved)
-		VqSetClaimed(0, false);
+	VqCommitTransaction();
 }
 
 /*
@@ -489,7 +478,10 @@ LookAtDueTimes(VqRegistry *registry, TimestampTz now)
 		return;
 	VqPollAllNow(now);
 	relay_next_poll = now;		/* an outbox row's scheduled_at or retry time may be the one */
+	VqTakersAllDue(VqMyDatabaseSlot);	/* (a job of an external handler may be the one) */
 	next = Min(VqEarliestFutureDue(registry, now), VqRelayNextDue(now));
+	if (registry->has_notify_handlers)
+		next = Min(next, VqTakeEarliestFutureDue(registry, now));
 	/* replace the passed value (or lower a later one a committing enqueue set meanwhile) */
 	VqReplaceNextDue(VqMyDatabaseSlot, next, now);
 	startup_due_checked = true;
@@ -610,7 +602,7 @@ ReleaseUnreached(List *jobs, int first)
 	{
 		VqJob	   *job = list_nth(jobs, i);
 
-		VqJobsEnqueuedAtCommit(job->queue, job->priority, job->scheduled_at, true);
+		VqJobsEnqueuedAtCommit(job->queue, NULL, job->priority, job->scheduled_at, true);
 	}
 }
 
@@ -644,23 +636,17 @@ RunBatch(VqRegistry *registry, List *jobs, VqQueue *queue, InlineBatch *batch, i
 			batch->stopped = true;
 			break;
 		}
-		if (strncmp(job->address, "notify:", 7) == 0)
-		{
-			VqDispatchNotify(job, job->address + 7);
-			batch->stopped = true;
-			continue;
-		}
 		if ((OidIsValid(batch->role) && job->enqueued_by != batch->role) ||
 			!VqTakeHandlerTurn(VqLookupHandler(registry, job->handler)))
 		{
-			VqJobsEnqueuedAtCommit(job->queue, job->priority, job->scheduled_at, true);
+			VqJobsEnqueuedAtCommit(job->queue, NULL, job->priority, job->scheduled_at, true);
 			batch->stopped = true;
 			continue;
 		}
 		batch->ran_jobs = true;
 		if (!VqRunsInline(job->handler))
 		{
-			VqPersistRunning(job, false, GetCurrentTimestamp());
+			VqPersistRunning(job, GetCurrentTimestamp());
 			if (done != NIL)
 				VqPersistCompleted(done, done_outcomes, GetCurrentTimestamp());
 			ReleaseUnreached(jobs, foreach_current_index(lc) + 1);
@@ -701,28 +687,6 @@ RunBatch(VqRegistry *registry, List *jobs, VqQueue *queue, InlineBatch *batch, i
 	if (done != NIL)
 		VqPersistCompleted(done, done_outcomes, GetCurrentTimestamp());
 	return NULL;
-}
-
-/*
- * Commit the cycle's transaction. One that only announced NOTIFY jobs (and
- * did bookkeeping) commits without waiting for its WAL flush: the
- * notifications go out at once instead of after the flush. If a crash loses
- * that commit, the jobs are ENQUEUED again and re-announced (at-least-once,
- * as always), and a consumer's reply cannot outlive it: the reply's own
- * synchronous commit flushes the WAL that precedes it. Transactions that ran
- * jobs keep the configured vq.worker_synchronous_commit.
- */
-static void
-CommitCycle(bool announced_only)
-{
-	if (announced_only && vq_worker_synchronous_commit)
-	{
-		SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
-		VqCommitTransaction();
-		SetConfigOption("synchronous_commit", "on", PGC_SUSET, PGC_S_OVERRIDE);
-	}
-	else
-		VqCommitTransaction();
 }
 
 /*
@@ -776,9 +740,7 @@ PollCycle(void)
 			visible = RunBatch(registry, claim.jobs, claim.queue, &batch, &slow_left);
 	}
 	just_woke = false;
-	CommitCycle(batch.claimed_any && !batch.ran_jobs);
-	VqAnnouncementsCommitted();	/* (before the claim's reservation is released) */
-	VqPullAnnouncementsCommitted();
+	VqCommitTransaction();
 
 	if (visible != NULL)
 	{
@@ -843,7 +805,9 @@ SleepUntilWork(void)
 	pg_memory_barrier();
 	if (pg_atomic_read_u64(&VqMyDatabaseSlot->wake_count) == last_wake_count &&
 		pg_atomic_read_u64(&VqMyDatabaseSlot->relay_wake_count) == last_relay_wake_count &&
-		pg_atomic_read_u64(&VqMyDatabaseSlot->callback_wake_count) == last_callback_wake_count)
+		pg_atomic_read_u64(&VqMyDatabaseSlot->callback_wake_count) == last_callback_wake_count &&
+		(pg_atomic_read_u64(&VqMyDatabaseSlot->take_due) &
+		 pg_atomic_read_u64(&VqMyDatabaseSlot->take_waiting)) == 0)
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 SleepMs(), PG_WAIT_EXTENSION);
 	pg_atomic_write_u32(&VqMyExecutorSlot->sleeping, 0);
@@ -1008,6 +972,7 @@ vq_executor_main(Datum arg)
 			continue;
 		}
 		ReadWakeCounters();
+		(void) VqRelayTakeWakeups();
 		found_work = PollCycle();	/* exits the process if the extension is gone */
 		last_cycle_found_work = found_work;
 		if (found_work)

@@ -58,6 +58,7 @@
 #include "main/wake.h"
 #include "claim/claimpos.h"
 #include "claim/inflight.h"
+#include "claim/take.h"
 #include "executors/pool.h"
 #include "executors/saver.h"
 #include "launcher/launcher.h"
@@ -328,6 +329,7 @@ AssignSlot(LauncherDatabase *db, TimestampTz now)
 		VqRequestsReset(slot);
 		/* commits made while the database had no slot lowered nothing: learn positions afresh */
 		VqClaimPositionsForget(slot);
+		VqTakersForget(slot);
 		VqNotifyBoundsForget(slot);
 		VqHandlerTimingsForget(slot);
 		LWLockRelease(slot->lock);

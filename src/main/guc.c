@@ -15,7 +15,6 @@
 #include "main/limits.h"
 
 int			vq_execution_timeout_ms = 300000;
-int			vq_notify_take_timeout_ms = 5000;
 int			vq_cancel_grace_ms = 5000;
 int			vq_progress_flush_interval_ms = 10000;
 char	   *vq_databases = NULL;
@@ -79,9 +78,6 @@ static const IntSetting INT_SETTINGS[] = {
 	{"vq.cancel_grace_ms",
 		"After vq_cancel asks a running handler to stop, how long it may go on before it is interrupted (the job ends CANCELLED either way).",
 		&vq_cancel_grace_ms, 5000, 0, INT_MAX, PGC_SIGHUP, GUC_UNIT_MS},
-	{"vq.notify_take_timeout_ms",
-		"Time an announced NOTIFY job holds its queue's capacity while no consumer takes it; then it waits for a consumer without holding any.",
-		&vq_notify_take_timeout_ms, 5000, 100, INT_MAX, PGC_SIGHUP, GUC_UNIT_MS},
 	{"vq.progress_flush_interval_ms",
 		"Interval at which the progress of jobs running visibly, and the log lines of running handlers, are saved while they run, by a saver process the launcher starts (0 = only at the end).",
 		&vq_progress_flush_interval_ms, 10000, 0, INT_MAX, PGC_SIGHUP, GUC_UNIT_MS},

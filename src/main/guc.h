@@ -8,7 +8,6 @@
 
 /* The vq.* settings (see VqDefineSettings). */
 extern int	vq_execution_timeout_ms;
-extern int	vq_notify_take_timeout_ms;
 extern int	vq_cancel_grace_ms;
 extern int	vq_progress_flush_interval_ms;
 extern int	vq_log_max_lines;

@@ -1,7 +1,7 @@
 /*
  * job.h: a claimed job and what came of running it, as the executor's files
- * (executor.c, dispatch.c, outcome.c, jobapi.c, relay.c) and the consumer
- * replies (consumer.c) pass them around.
+ * (executor.c, dispatch.c, outcome.c, jobapi.c, relay.c) and the workers'
+ * replies (reply.c, consumer.c) pass them around.
  */
 #ifndef VQ_JOB_STRUCT_H
 #define VQ_JOB_STRUCT_H
@@ -19,7 +19,7 @@ typedef struct VqJob
 	char	   *job_id;
 	char	   *handler;
 	char	   *address;
-	Oid			handler_fn;		/* the function the enqueue authorised (InvalidOid: a NOTIFY handler) */
+	Oid			handler_fn;		/* the function the enqueue authorised (InvalidOid: an external handler) */
 	char	   *queue;
 	int32		priority;
 	int32		attempt_number;
@@ -29,6 +29,8 @@ typedef struct VqJob
 	Jsonb	   *metadata;
 	Oid			enqueued_by;
 	bool		running;		/* claimed visibly: RUNNING is committed */
+	bool		external;		/* an external handler's job (workers take it, never an executor) */
+	TimestampTz taken_at;		/* a worker took it then, and its CLAIMED transition is implied (else 0) */
 	TimestampTz updated_at;		/* as read, when an outcome must find the row unchanged (else 0) */
 	Datum		context;		/* its vq.job_context, once built ((Datum) 0 until then; see VqJobContextDatum) */
 } VqJob;
@@ -47,6 +49,8 @@ typedef struct VqOutcome
 	VqOutcomeKind kind;
 	char	   *error;			/* FAILED / ABANDONED / INTERRUPTED / CANCELLED (what the handler raised, if it did) */
 	bool		permanent;		/* FAILED for good: no retry whatever the attempts left */
+	bool		backoff;		/* ABANDONED, retried after the backoff (a lease expired), not in its place */
+	TimestampTz retry_at;		/* FAILED: retried then, not after the backoff (a worker's retry; 0: none) */
 	int64		duration_us;
 	TimestampTz started_at;		/* when the handler was called */
 	bool		wrote;			/* the handler's subtransaction got an XID */

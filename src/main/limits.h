@@ -20,4 +20,21 @@
  */
 #define VQ_MAX_EXECUTORS 64
 
+/*
+ * Takes (vq_take_jobs calls of workers outside the server) in flight at once
+ * per database that move claim positions; more take from the positions
+ * without moving them.
+ */
+#define VQ_MAX_TAKERS 16
+
+/* Claimers of a database's claim positions: its executors, then its takers. */
+#define VQ_MAX_CLAIMERS (VQ_MAX_EXECUTORS + VQ_MAX_TAKERS)
+
+/*
+ * A claim lane: the jobs one claim scans. An executor's lane is a queue (its
+ * function handlers' jobs); a worker's is one external handler's jobs in one
+ * queue, named "queue/handler" ('/' is in no name).
+ */
+#define VQ_LANE_MAX (2 * VQ_NAME_MAX + 1)
+
 #endif							/* VQ_LIMITS_H */

@@ -57,7 +57,9 @@ InitDatabaseSlot(VqDatabaseSlot *slot, LWLock *lock)
 	pg_atomic_init_u64(&slot->extension_generation, 0);
 	pg_atomic_init_u32(&slot->executors_wanted, 0);
 	pg_atomic_init_u64(&slot->executor_exits, 0);
-	pg_atomic_init_u64(&slot->notify_sweep_at, 0);
+	pg_atomic_init_u64(&slot->lease_sweep_at, 0);
+	pg_atomic_init_u64(&slot->take_waiting, 0);
+	pg_atomic_init_u64(&slot->take_due, 0);
 	for (int i = 0; i < VQ_HANDLER_TIMINGS; i++)
 		pg_atomic_init_u64(&slot->handler_timings[i], 0);
 	for (int i = 0; i < VQ_MAX_EXECUTORS; i++)
@@ -144,6 +146,20 @@ VqWithDatabaseSlot(Oid dboid, LWLockMode mode, void (*fn) (VqDatabaseSlot *slot,
 	}
 	LWLockRelease(VqShared->lock);
 	return slot != NULL;
+}
+
+/* The slot a database has now, or NULL (see shmem.h). */
+VqDatabaseSlot *
+VqDatabaseSlotOf(Oid dboid)
+{
+	VqDatabaseSlot *slot;
+
+	if (VqShared == NULL)
+		return NULL;
+	LWLockAcquire(VqShared->lock, LW_SHARED);
+	slot = VqFindDatabaseSlot(dboid);
+	LWLockRelease(VqShared->lock);
+	return slot;
 }
 
 /* A consistent copy of another executor's running job; false when it runs none. */

@@ -22,14 +22,16 @@
  *    callback_wake_count, next_due, due_queue_hint, extension_generation
  *    (atomics): main/wake.c, for committing backends (state/wakeup.c) and
  *    executors (the next due time they looked up, the hint they take).
- *  - slot->positions: claim/claimpos.c; slot->pulls and pull_tickets:
- *    claim/pullpos.c (claimpos.c has it forget them with the claim
- *    positions); slot->notify_bounds: claim/inflight.c. All under the slot's
- *    lock (overflow is also read without it, as a hint).
+ *  - slot->positions: claim/claimpos.c; slot->takers: claim/take.c;
+ *    slot->notify_bounds: claim/inflight.c. All under the slot's lock
+ *    (overflow is also read without it, as a hint).
+ *  - slot->take_waiting, take_due (atomics): main/wake.c, for takes (the
+ *    handlers a worker waits for), commits (handlers given due jobs) and
+ *    executors (which relay the wake-ups as NOTIFY).
  *  - slot->cancel_seq[i] (atomics): run/jobapi.c, for vq_cancel (the run of
  *    executor i to flag).
  *  - slot->handler_timings (atomics, last writer wins): executors/pool.c.
- *  - slot->executor_exits, notify_sweep_at (atomics): executors/executor.c.
+ *  - slot->executor_exits, lease_sweep_at (atomics): executors/executor.c.
  *  - slot->saver_pid: executors/saver.c, under the slot's lock.
  *  - slot->executors[i]: written by executor i only, field by field by one
  *    module (see VqExecutorSlot), but the saver's part of its live log.
@@ -76,16 +78,19 @@ typedef enum VqExtensionFound
 } VqExtensionFound;
 
 /*
- * Claim positions. A queue's jobs are claimed in (priority DESC, scheduled_at,
- * execution_id) order; for each priority level of a queue the slot remembers
- * where the claims got to, so that the next claim's index scan starts there
- * instead of walking again over the entries of jobs finished since (which a
- * held snapshot keeps from being cleaned up). The invariant: every ENQUEUED
- * job of the level that no claim holds and whose commit is visible comes
- * after pos, or a commit will lower pos before it. See claimpos.c.
+ * Claim positions. A lane's jobs (a queue's function jobs for the executors,
+ * one external handler's jobs in a queue for workers; VQ_LANE_MAX) are
+ * claimed in (priority DESC, scheduled_at, execution_id) order; for each
+ * priority level of a lane the slot remembers where the claims got to, so
+ * that the next claim's index scan starts there instead of walking again
+ * over the entries of jobs finished since (which a held snapshot keeps from
+ * being cleaned up). The invariant: every ENQUEUED job of the level that no
+ * claim holds and whose commit is visible comes after pos, or a commit will
+ * lower pos before it. See claimpos.c.
  */
-#define VQ_MAX_CLAIM_LEVELS 64		/* (queue, priority) pairs remembered per database */
-#define VQ_MAX_CLAIM_QUEUES 64		/* queues whose levels are all known, per database */
+#define VQ_MAX_CLAIM_LEVELS 64		/* (lane, priority) pairs remembered per database */
+#define VQ_MAX_CLAIM_QUEUES 64		/* queues (their external-job bounds), per database */
+#define VQ_MAX_CLAIM_LANES 128		/* lanes whose levels are all known, per database */
 
 typedef struct VqClaimKey
 {
@@ -96,11 +101,11 @@ typedef struct VqClaimKey
 typedef struct VqClaimLevel
 {
 	bool		used;
-	char		queue[VQ_NAME_MAX + 1];
+	char		lane[VQ_LANE_MAX + 1];
 	int32		priority;
 	VqClaimKey	pos;			/* claims resume after this key */
-	uint64		claimers;		/* bit i: executor i is claiming from this level now */
-	VqClaimKey	floor[VQ_MAX_EXECUTORS];	/* lowest key committed during executor i's claim */
+	bool		claiming[VQ_MAX_CLAIMERS];	/* claimer i (executor, then taker) claims from it now */
+	VqClaimKey	floor[VQ_MAX_CLAIMERS]; /* lowest key committed during claimer i's claim */
 } VqClaimLevel;
 
 /*
@@ -117,70 +122,38 @@ typedef struct VqRelayPosition
 } VqRelayPosition;
 
 /*
- * vq_pull takes a NOTIFY handler's announced jobs in (priority DESC,
- * scheduled_at, execution_id) order: the key, with the priority negated so
- * that one ascending comparison orders it (the index job_pull_idx).
+ * A take in flight (a vq_take_jobs call of a worker): it claims from the
+ * positions as claimer VQ_MAX_EXECUTORS + its index. Written by claim/take.c.
  */
-typedef struct VqPullKey
+typedef struct VqTaker
 {
-	int64		neg_priority;
-	TimestampTz scheduled_at;
-	pg_uuid_t	execution_id;
-} VqPullKey;
-
-#define VQ_MAX_PULL_HANDLERS 64		/* NOTIFY handlers whose pull position is kept, per database */
-#define VQ_MAX_PULLERS 32			/* vq_pull calls in flight that may move a position, per database */
-
-/*
- * Where vq_pull got to for a handler: every announced job of the handler that
- * no consumer took, whose commit is visible and that no pull in flight holds
- * comes after pos, or a commit will lower pos to it. See pullpos.c.
- */
-typedef struct VqPullPosition
-{
-	char		handler[VQ_NAME_MAX + 1];	/* '' = free */
-	VqPullKey	pos;
-} VqPullPosition;
-
-/* A vq_pull whose transaction has not ended: it moves its handler's position when it commits. */
-typedef struct VqPuller
-{
-	uint64		ticket;			/* 0 = free; otherwise names the pull (VqDatabaseSlot.pull_tickets) */
-	char		handler[VQ_NAME_MAX + 1];
-	VqPullKey	floor;			/* lowest key a commit lowered the handler to since the pull began */
-	TransactionId xid;			/* the (sub)transaction its takes are in, once it took (else invalid) */
-} VqPuller;
+	int			pid;			/* 0 = free */
+} VqTaker;
 
 typedef struct VqClaimPositions
 {
 	bool		overflow;		/* a level did not fit: every claim falls back to the plain scan */
-	char		known[VQ_MAX_CLAIM_QUEUES][VQ_NAME_MAX + 1];	/* queues whose levels are all here ('' = free) */
+	char		known[VQ_MAX_CLAIM_LANES][VQ_LANE_MAX + 1];	/* lanes whose levels are all here ('' = free) */
 	VqClaimLevel levels[VQ_MAX_CLAIM_LEVELS];
 	VqRelayPosition relay;
 } VqClaimPositions;
 
-/* The pull positions of a database and the pulls in flight (forgotten with the claim positions). */
-typedef struct VqPulls
-{
-	VqPullPosition pulls[VQ_MAX_PULL_HANDLERS];
-	VqPuller	pullers[VQ_MAX_PULLERS];
-} VqPulls;
-
 /*
- * An upper bound of a queue's NOTIFY jobs in flight (announced and not
- * answered), so that a claim need not count them in the table while the
- * bound leaves room: the count walks every row version of the queue's NOTIFY
- * jobs, which a held snapshot keeps. The bound is the last count plus every
- * announcement committed since that count began; it never goes down but by
- * a new count. See inflight.c (and RoomInQueue in claim.c).
+ * An upper bound of a queue's external jobs in flight (taken by workers and
+ * not answered), so that a claim or a take need not count them in the table
+ * while the bound leaves room: the count walks every row version of the
+ * queue's taken jobs, which a held snapshot keeps. The bound is the last count
+ * plus every take since that count began, minus the replies since; see
+ * inflight.c (and RoomInQueue in claim.c).
  */
 typedef struct VqNotifyBound
 {
 	char		queue[VQ_NAME_MAX + 1];	/* '' = free */
 	bool		valid;			/* counted is the result of the count begun at generation */
 	uint64		generation;		/* bumped when a count begins */
-	int			counted;		/* RUNNING NOTIFY jobs of the queue at that count */
-	int			since;			/* announcements committed since it began */
+	int			counted;		/* RUNNING external jobs of the queue at that count */
+	int			since;			/* jobs taken (or reserved for a take) since it began */
+	int			takes_open;		/* jobs taken by takes whose transaction has not ended */
 } VqNotifyBound;
 
 /* Requests to the launcher about one database (under the slot's lock; written by requests.c). */
@@ -275,13 +248,14 @@ typedef struct VqDatabaseSlot
 	pg_atomic_uint64 cancel_seq[VQ_MAX_EXECUTORS];	/* run to flag cancelled, per executor (jobapi.c) */
 	pg_atomic_uint32 executors_wanted;	/* most executors asked for since the launcher took it (requests.c) */
 	pg_atomic_uint64 executor_exits;	/* executors of this database that left their slot (executor.c) */
-	pg_atomic_uint64 notify_sweep_at;	/* when an executor last looked at the NOTIFY jobs in flight (executor.c) */
+	pg_atomic_uint64 lease_sweep_at;	/* when an executor last looked for expired leases (executor.c) */
+	pg_atomic_uint64 take_waiting;	/* bit h % 64: a take of a handler with name hash h found less than it asked (wake.c) */
+	pg_atomic_uint64 take_due;	/* bit h % 64: a handler with name hash h got due jobs since the last relay (wake.c) */
 	/* handlers' recent execution times, shared so a new executor knows which run inline (pool.c) */
 	pg_atomic_uint64 handler_timings[VQ_HANDLER_TIMINGS];
-	VqClaimPositions positions; /* slot lock; advanced by claims, lowered by commits (claimpos.c) */
-	VqPulls		pulls;			/* slot lock; advanced by pulls, lowered by announcements (pullpos.c) */
+	VqClaimPositions positions; /* slot lock; advanced by claims and takes, lowered by commits (claimpos.c) */
+	VqTaker		takers[VQ_MAX_TAKERS];	/* slot lock; the takes in flight that move positions (take.c) */
 	VqNotifyBound notify_bounds[VQ_MAX_CLAIM_QUEUES];	/* slot lock (inflight.c) */
-	uint64		pull_tickets;	/* slot lock; pulls begun, never reset unlike the positions (pullpos.c) */
 	int			saver_pid;		/* the saver connected to the database, 0: none; slot lock (saver.c) */
 	VqExecutorSlot executors[VQ_MAX_EXECUTORS];
 } VqDatabaseSlot;
@@ -312,7 +286,7 @@ extern VqExecutorSlot *VqMyExecutorSlot;
 /* Register the shared-memory request and startup hooks (from _PG_init). */
 extern void VqShmemInit(void);
 
-/* A name's hash (never 0): due_queue_hint, handler_timings. */
+/* A name's hash (never 0): due_queue_hint, handler_timings, take_waiting and take_due bits. */
 extern uint32 VqNameHash(const char *name);
 
 /* The slot of a database, or NULL (caller holds VqShared->lock). */
@@ -325,6 +299,13 @@ extern VqDatabaseSlot *VqFindDatabaseSlot(Oid dboid);
  */
 extern bool VqWithDatabaseSlot(Oid dboid, LWLockMode mode,
 							   void (*fn) (VqDatabaseSlot *slot, void *arg), void *arg);
+
+/*
+ * The slot a database has now, or NULL; without holding VqShared->lock, so
+ * the launcher may give it to another database later: whoever uses it checks
+ * slot->dboid under the slot's lock.
+ */
+extern VqDatabaseSlot *VqDatabaseSlotOf(Oid dboid);
 
 /* A consistent copy of another executor's running job (false: none running). */
 extern bool VqReadRunningJob(VqExecutorSlot *e, VqRunningJob *copy);

@@ -7,6 +7,13 @@
  * transaction makes due is noted and acted on at its commit by wakeup.c,
  * which calls these.
  *
+ * Workers outside the server that wait for jobs of external handlers are
+ * woken by NOTIFY, which only a transaction can send: a committing backend
+ * sets the handlers' bits in the slot's take_due, and when a take of one of
+ * them is waiting (take_waiting, set by every take before its scan), wakes an
+ * executor, which takes the bits of both and sends the notifications
+ * (notify.c). At most one notification per take, never one per job.
+ *
  * Waking one executor is enough: the counters it reads tell it what changed,
  * an executor that claims a full batch wakes the next one, and a busy
  * executor reads the counters before it sleeps again. An executor announces
@@ -147,6 +154,7 @@ VqWakeForEverythingLocked(VqDatabaseSlot *slot)
 	SetNextDue(slot, now, now);
 	pg_atomic_fetch_add_u64(&slot->relay_wake_count, 1);
 	pg_atomic_fetch_add_u64(&slot->wake_count, 1);
+	pg_atomic_fetch_or_u64(&slot->take_due, ~UINT64CONST(0));
 	WakeEveryExecutor(slot);
 }
 
@@ -190,4 +198,73 @@ VqWakeAllExecutors(void)
 		LWLockRelease(slot->lock);
 	}
 	LWLockRelease(VqShared->lock);
+}
+
+/* The bit of a handler's name hash in take_waiting and take_due (see wake.h). */
+uint64
+VqTakeWakeBit(uint32 handler_hash)
+{
+	return UINT64CONST(1) << (handler_hash % 64);
+}
+
+typedef struct TakeWake
+{
+	uint64		bits;
+} TakeWake;
+
+static void
+TakersWaitingLocked(VqDatabaseSlot *slot, void *arg)
+{
+	pg_atomic_fetch_or_u64(&slot->take_waiting, ((TakeWake *) arg)->bits);
+}
+
+/* A take of these handlers begins: a commit of their jobs from now on wakes the workers (see wake.h). */
+void
+VqTakersWaiting(Oid dboid, uint64 bits)
+{
+	TakeWake	w = {bits};
+
+	(void) VqWithDatabaseSlot(dboid, LW_SHARED, TakersWaitingLocked, &w);
+}
+
+static void
+WakeTakersLocked(VqDatabaseSlot *slot, void *arg)
+{
+	uint64		bits = ((TakeWake *) arg)->bits;
+
+	pg_atomic_fetch_or_u64(&slot->take_due, bits);
+	if (pg_atomic_read_u64(&slot->take_waiting) & bits)
+		WakeOneExecutor(slot);
+}
+
+/* Jobs of these handlers became due: an executor tells the workers waiting for them (see wake.h). */
+void
+VqWakeTakers(Oid dboid, uint64 bits)
+{
+	TakeWake	w = {bits};
+
+	(void) VqWithDatabaseSlot(dboid, LW_SHARED, WakeTakersLocked, &w);
+}
+
+/* The bits of the handlers to notify now, taken from both masks (see wake.h). */
+uint64
+VqTakeTakersToWake(VqDatabaseSlot *slot)
+{
+	uint64		bits = pg_atomic_read_u64(&slot->take_due) & pg_atomic_read_u64(&slot->take_waiting);
+
+	if (bits == 0)
+		return 0;
+	/* (a take that sets its bit again from now on is told of what comes after this relay) */
+	pg_atomic_fetch_and_u64(&slot->take_waiting, ~bits);
+	pg_atomic_fetch_and_u64(&slot->take_due, ~bits);
+	return bits;
+}
+
+/* Every handler may have due jobs (a due time passed, positions forgotten): see wake.h. */
+void
+VqTakersAllDue(VqDatabaseSlot *slot)
+{
+	pg_atomic_fetch_or_u64(&slot->take_due, ~UINT64CONST(0));
+	if (pg_atomic_read_u64(&slot->take_waiting) != 0)
+		WakeOneExecutor(slot);
 }

@@ -46,6 +46,24 @@ extern void VqReplaceNextDue(VqDatabaseSlot *slot, TimestampTz next, TimestampTz
 /* The queue the last due wake-up named (VqNameHash), taken; 0: none. */
 extern uint32 VqTakeDueQueueHint(VqDatabaseSlot *slot);
 
+/*
+ * Wake-ups of workers outside the server (takes of external handlers), by
+ * the bit of each handler's name hash (VqTakeWakeBit: a collision only costs
+ * a needless notification):
+ *  - VqTakersWaiting: a take of these handlers begins, before its scan takes
+ *    its snapshot; the bits stay until an executor relays a wake-up for them;
+ *  - VqWakeTakers: at commit, jobs of these handlers became due; when a take
+ *    of one of them waits, one sleeping executor is woken to relay;
+ *  - VqTakeTakersToWake: an executor takes the bits both due and waiting,
+ *    clearing them, and notifies those handlers' channels;
+ *  - VqTakersAllDue: every handler may have due jobs (a due time passed).
+ */
+extern uint64 VqTakeWakeBit(uint32 handler_hash);
+extern void VqTakersWaiting(Oid dboid, uint64 bits);
+extern void VqWakeTakers(Oid dboid, uint64 bits);
+extern uint64 VqTakeTakersToWake(VqDatabaseSlot *slot);
+extern void VqTakersAllDue(VqDatabaseSlot *slot);
+
 /* Wake the launcher. */
 extern void VqWakeLauncher(void);
 

@@ -41,6 +41,7 @@
 #include "run/jobapi.h"
 #include "run/joblog.h"
 #include "run/livelog.h"
+#include "run/notify.h"
 #include "run/roles.h"
 
 PG_FUNCTION_INFO_V1(vq_log);
@@ -234,39 +235,11 @@ RequireJob(const char *function)
 				 errmsg("%s can only be called by a vq_job handler while it runs", function)));
 }
 
-/*
- * A log line within vq.log_max_line_bytes: fields that do not fit are dropped
- * (*fields set NULL), then the message is cut at a character boundary; either
- * is said at the end of the message.
- */
-static char *
-CappedMessage(text *message, Jsonb **fields)
-{
-	char	   *msg = text_to_cstring(message);
-	int			len = strlen(msg);
-	int			limit = vq_log_max_line_bytes;
-	int			field_bytes = *fields ? VARSIZE(*fields) : 0;
-	StringInfoData buf;
-
-	if (len + field_bytes <= limit)
-		return msg;
-	initStringInfo(&buf);
-	if (field_bytes > limit / 2)
-		*fields = NULL;
-	else
-		limit -= field_bytes;
-	/* (room for the note on dropped fields; the cut's own note is within the limit) */
-	appendStringInfoString(&buf, VqCapTextTo(msg, Max(limit - 40, 16)));
-	if (*fields == NULL && field_bytes > 0)
-		appendStringInfo(&buf, " [fields dropped: %d bytes]", field_bytes);
-	return buf.data;
-}
-
 /* vq_log(level, message, fields DEFAULT NULL) */
 Datum
 vq_log(PG_FUNCTION_ARGS)
 {
-	char	   *level;
+	const char *level;
 	MemoryContext old;
 	VqLogEntry   *e;
 
@@ -275,15 +248,7 @@ vq_log(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_VQ_INVALID_ARGUMENT),
 				 errmsg("vq_log() needs a level and a message")));
-	level = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	if (pg_strcasecmp(level, "WARNING") == 0)
-		level = "WARN";
-	if (pg_strcasecmp(level, "DEBUG") != 0 && pg_strcasecmp(level, "INFO") != 0 &&
-		pg_strcasecmp(level, "WARN") != 0 && pg_strcasecmp(level, "ERROR") != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_VQ_INVALID_ARGUMENT),
-				 errmsg("unknown log level \"%s\"", level),
-				 errhint("Use DEBUG, INFO, WARN or ERROR.")));
+	level = VqLogLevel(text_to_cstring(PG_GETARG_TEXT_PP(0)));
 
 	if (list_length(log_entries) >= vq_log_max_lines)
 	{
@@ -292,11 +257,9 @@ vq_log(PG_FUNCTION_ARGS)
 	}
 	old = MemoryContextSwitchTo(log_context);
 	e = palloc(sizeof(VqLogEntry));
-	e->level = pstrdup(level);
-	for (char *p = e->level; *p; p++)
-		*p = pg_toupper((unsigned char) *p);
+	e->level = level;
 	e->fields = PG_ARGISNULL(2) ? NULL : DatumGetJsonbPCopy(PG_GETARG_DATUM(2));
-	e->message = CappedMessage(PG_GETARG_TEXT_PP(1), &e->fields);
+	e->message = VqLogMessage(PG_GETARG_TEXT_PP(1), &e->fields);
 	e->at = GetCurrentTimestamp();
 	log_entries = lappend(log_entries, e);
 	MemoryContextSwitchTo(old);
@@ -469,7 +432,8 @@ FlagRunningJob(pg_uuid_t *execution_id)
 #define CANCEL_REQUEST_SQL \
 	"UPDATE vq.job_active SET cancel_requested = true" \
 	" WHERE execution_id OPERATOR(pg_catalog.=) $1" \
-	" AND state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state"
+	" AND state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state" \
+	" RETURNING handler, worker_pid IS NULL"
 
 /* Run one of vq_cancel's statements (as the extension owner); returns the first column of its first row. */
 static char *
@@ -480,6 +444,25 @@ CancelStep(SPIPlanPtr *plan, const char *sql, Datum arg, int expected)
 	if (SPI_processed == 0 || SPI_tuptable == NULL)
 		return NULL;
 	return SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+}
+
+/*
+ * Ask a RUNNING job to stop (its row's cancel_requested); a worker outside the
+ * server that holds it is told on its handler's channel at commit.
+ */
+static void
+RequestCancel(VqRegistry *registry, pg_uuid_t *id)
+{
+	static SPIPlanPtr request_plan = NULL;
+	char	   *handler = CancelStep(&request_plan, CANCEL_REQUEST_SQL, UUIDPGetDatum(id), SPI_OK_UPDATE_RETURNING);
+	bool		isnull;
+	VqHandler  *h;
+
+	if (handler == NULL || !DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)))
+		return;
+	h = VqLookupHandler(registry, handler);
+	if (h != NULL && !h->is_function)
+		VqNotifyCancel(h->channel, id);
 }
 
 /*
@@ -496,7 +479,6 @@ vq_cancel(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr lookup_plan = NULL;
 	static SPIPlanPtr cancel_plan = NULL;
-	static SPIPlanPtr request_plan = NULL;
 	pg_uuid_t  *id = PG_GETARG_UUID_P(0);
 	Datum		arg = UUIDPGetDatum(id);
 	Oid			caller = GetUserId();
@@ -515,7 +497,7 @@ vq_cancel(PG_FUNCTION_ARGS)
 		if (FlagRunningJob(id))
 		{
 			/* running now (inline, its row still ENQUEUED and locked; or claimed visibly) */
-			(void) CancelStep(&request_plan, CANCEL_REQUEST_SQL, arg, SPI_OK_UPDATE);
+			RequestCancel(registry, id);
 			state = "CANCEL_REQUESTED";
 		}
 		else if (strcmp(state, "ENQUEUED") == 0)
@@ -546,15 +528,15 @@ vq_cancel(PG_FUNCTION_ARGS)
 				if (state != NULL && strcmp(state, "RUNNING") == 0)
 				{
 					(void) FlagRunningJob(id);
-					(void) CancelStep(&request_plan, CANCEL_REQUEST_SQL, arg, SPI_OK_UPDATE);
+					RequestCancel(registry, id);
 					state = "CANCEL_REQUESTED";
 				}
 			}
 		}
 		else if (strcmp(state, "RUNNING") == 0)
 		{
-			/* a NOTIFY job, or claimed by an executor that has not published it yet */
-			(void) CancelStep(&request_plan, CANCEL_REQUEST_SQL, arg, SPI_OK_UPDATE);
+			/* a job a worker holds, or claimed by an executor that has not published it yet */
+			RequestCancel(registry, id);
 			state = "CANCEL_REQUESTED";
 		}
 	}

@@ -10,6 +10,9 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 
+#include "main/checks.h"
+#include "main/errcodes.h"
+#include "main/guc.h"
 #include "util/spi_util.h"
 #include "run/joblog.h"
 
@@ -58,4 +61,51 @@ VqWriteLogEntries(pg_uuid_t *execution_id, int32 attempt, List *entries)
 							  6, (Oid[]) {UUIDOID, INT4OID, TEXTARRAYOID, TEXTARRAYOID, JSONBARRAYOID, TIMESTAMPTZARRAYOID}),
 						 values, NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "vq_job: writing job logs failed");
+}
+
+/* A log level as stored: DEBUG, INFO, WARN (WARNING too) or ERROR, any case; else an error. */
+const char *
+VqLogLevel(const char *level)
+{
+	if (pg_strcasecmp(level, "DEBUG") == 0)
+		return "DEBUG";
+	if (pg_strcasecmp(level, "INFO") == 0)
+		return "INFO";
+	if (pg_strcasecmp(level, "WARN") == 0 || pg_strcasecmp(level, "WARNING") == 0)
+		return "WARN";
+	if (pg_strcasecmp(level, "ERROR") == 0)
+		return "ERROR";
+	ereport(ERROR,
+			(errcode(ERRCODE_VQ_INVALID_ARGUMENT),
+			 errmsg("unknown log level \"%s\"", level),
+			 errhint("Use DEBUG, INFO, WARN or ERROR.")));
+	return NULL;				/* keep the compiler quiet */
+}
+
+/*
+ * A log line within vq.log_max_line_bytes: fields that do not fit are dropped
+ * (*fields set NULL), then the message is cut at a character boundary; either
+ * is said at the end of the message.
+ */
+char *
+VqLogMessage(text *message, Jsonb **fields)
+{
+	char	   *msg = text_to_cstring(message);
+	int			len = strlen(msg);
+	int			limit = vq_log_max_line_bytes;
+	int			field_bytes = *fields ? VARSIZE(*fields) : 0;
+	StringInfoData buf;
+
+	if (len + field_bytes <= limit)
+		return msg;
+	initStringInfo(&buf);
+	if (field_bytes > limit / 2)
+		*fields = NULL;
+	else
+		limit -= field_bytes;
+	/* (room for the note on dropped fields; the cut's own note is within the limit) */
+	appendStringInfoString(&buf, VqCapTextTo(msg, Max(limit - 40, 16)));
+	if (*fields == NULL && field_bytes > 0)
+		appendStringInfo(&buf, " [fields dropped: %d bytes]", field_bytes);
+	return buf.data;
 }

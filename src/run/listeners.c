@@ -225,7 +225,8 @@ vq_job_finished_recorded(PG_FUNCTION_ARGS)
 	t.execution_id = DatumGetUUIDP(NewColumn(trigdata, "execution_id", &isnull));
 	t.attempt = DatumGetInt32(NewColumn(trigdata, "attempt_number", &isnull));
 	t.kind = "COMPLETED";
-	t.from_state = "ENQUEUED";
+	(void) NewColumn(trigdata, "consumer_claimed_at", &isnull);
+	t.from_state = isnull ? "ENQUEUED" : "RUNNING";	/* (RUNNING: a worker took it) */
 	t.to_state = "COMPLETED";
 	t.error = (Datum) 0;
 	t.at = NewColumn(trigdata, "finished_at", &isnull);

@@ -1,25 +1,22 @@
 /*
- * notify.h: the jobs of NOTIFY handlers, announced to external consumers
- * (see notify.c).
+ * notify.h: the notifications workers outside the server wait for (see
+ * notify.c).
  */
 #ifndef VQ_NOTIFY_H
 #define VQ_NOTIFY_H
 
 #include "postgres.h"
 
-#include "utils/timestamp.h"
-
-#include "main/job.h"
-#include "cache/registry.h"
-
-/* Mark a NOTIFY handler's job RUNNING and announce it on its channel. */
-extern void VqDispatchNotify(VqJob *job, const char *channel);
+#include "utils/uuid.h"
 
 /*
- * Announce again the NOTIFY jobs of one queue that no consumer took in time,
- * as far as its free capacity allows (in the caller's transaction); true when
- * room was reserved: release it with VqSetClaimed(0, false) after the commit.
+ * Executors: when jobs of external handlers became due and a take of them
+ * waits (wake.h), send "due <handler>" on those handlers' channels, in a
+ * transaction of its own. Returns whether it sent any.
  */
-extern bool VqReannounceWaiting(VqRegistry *registry, TimestampTz now);
+extern bool VqRelayTakeWakeups(void);
+
+/* vq_cancel: tell the worker holding the job, on its handler's channel, at commit. */
+extern void VqNotifyCancel(const char *channel, pg_uuid_t *execution_id);
 
 #endif							/* VQ_NOTIFY_H */

@@ -4,8 +4,11 @@
  * statement: a job that ends moves from vq.job_active to vq.job_finished
  * (DELETE + INSERT); every transition gets one vq.job_transition_data row,
  * except the COMPLETED transition of a job that was never claimed visibly
- * (ENQUEUED -> COMPLETED, the common case), which the finished row records
- * (the vq.job_transition view shows it). All functions run inside the
+ * (ENQUEUED -> COMPLETED, the common case), which the finished row records,
+ * and the CLAIMED and COMPLETED transitions of a job a worker took and
+ * completed, which its row records (consumer_claimed_at); a taken job that
+ * ends otherwise gets its CLAIMED row then (the vq.job_transition view shows
+ * them all). All functions run inside the
  * caller's transaction, connected to SPI, with plans prepared once and kept.
  *
  * Attempts are zero-based and max_attempts inclusive: an attempt remains while
@@ -79,14 +82,15 @@ ProgressArray(List *outcomes, int which)
  * End one job that ran: it moves to vq.job_finished as COMPLETED or
  * CANCELLED (state), with the handler's start, its progress and error, and a
  * transition of that kind unless it is the completion of an inline run
- * (ENQUEUED -> COMPLETED), which the finished row implies.
+ * (ENQUEUED -> COMPLETED) or of a job a worker took, which the finished row
+ * implies (a taken job cancelled gets its CLAIMED row first).
  */
 static void
 PersistOneEnded(VqJob *job, VqOutcome *o, const char *state, TimestampTz now)
 {
 	static SPIPlanPtr ended_one_plan = NULL;
-	Datum		values[9];
-	char		nulls[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Datum		values[12];
+	char		nulls[12] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 
 	values[0] = UUIDPGetDatum(&job->execution_id);
 	values[1] = TimestampTzGetDatum(now);
@@ -102,7 +106,12 @@ PersistOneEnded(VqJob *job, VqOutcome *o, const char *state, TimestampTz now)
 	values[7] = CStringGetTextDatum(state);
 	values[8] = o->error ? CStringGetTextDatum(VqCapText(o->error)) : (Datum) 0;
 	nulls[8] = o->error ? ' ' : 'n';
+	values[9] = BoolGetDatum(job->taken_at != 0);
+	values[10] = Int32GetDatum(job->attempt_number);	/* ($8 of TAKEN_CLAIMED_TRANSITION, as $11 here) */
+	values[11] = TimestampTzGetDatum(job->taken_at);
+	nulls[11] = job->taken_at != 0 ? ' ' : 'n';
 
+	/* (a completion implies its transitions when inline, or when a worker took the job) */
 	Write(VqKeepPlan(&ended_one_plan,
 			   "WITH moved AS ("
 			   " DELETE FROM vq.job_active j WHERE j.execution_id OPERATOR(pg_catalog.=) $1 RETURNING j.*),"
@@ -112,10 +121,17 @@ PersistOneEnded(VqJob *job, VqOutcome *o, const char *state, TimestampTz now)
 							   "coalesce($6, progress_failed)")
 			   "  FROM moved)"
 			   " INSERT INTO vq.job_transition_data (execution_id, attempt_number, kind, from_state, to_state, error, at)"
-			   " SELECT execution_id, attempt_number, $8, $3::vq.job_state, $8::vq.job_state, $9, $2 FROM moved"
-			   " WHERE NOT ($8 OPERATOR(pg_catalog.=) 'COMPLETED' AND $3 OPERATOR(pg_catalog.=) 'ENQUEUED')",
-			   9, (Oid[]) {UUIDOID, TIMESTAMPTZOID, TEXTOID, INT8OID, INT8OID, INT8OID, TIMESTAMPTZOID, TEXTOID,
-			   TEXTOID}),
+			   " SELECT * FROM ("
+			   "  SELECT moved.execution_id, $11, 'CLAIMED', 'ENQUEUED'::vq.job_state, 'RUNNING'::vq.job_state,"
+			   "   NULL::pg_catalog.text, $12 FROM moved"
+			   "  WHERE $8 OPERATOR(pg_catalog.<>) 'COMPLETED' AND $12::pg_catalog.timestamptz IS NOT NULL"
+			   "  AND NOT EXISTS (SELECT FROM vq.job_transition_data c WHERE c.execution_id OPERATOR(pg_catalog.=) $1"
+			   "   AND c.attempt_number OPERATOR(pg_catalog.=) $11 AND c.kind OPERATOR(pg_catalog.=) 'CLAIMED')"
+			   "  UNION ALL"
+			   "  SELECT execution_id, attempt_number, $8, $3::vq.job_state, $8::vq.job_state, $9, $2 FROM moved"
+			   "  WHERE NOT ($8 OPERATOR(pg_catalog.=) 'COMPLETED' AND ($3 OPERATOR(pg_catalog.=) 'ENQUEUED' OR $10))) t",
+			   12, (Oid[]) {UUIDOID, TIMESTAMPTZOID, TEXTOID, INT8OID, INT8OID, INT8OID, TIMESTAMPTZOID, TEXTOID,
+			   TEXTOID, BOOLOID, INT4OID, TIMESTAMPTZOID}),
 		  values, nulls);
 }
 
@@ -142,7 +158,8 @@ PersistManyCompleted(List *jobs, List *outcomes, TimestampTz now)
 		VqOutcome  *o = list_nth(outcomes, i);
 
 		ids[i] = UUIDPGetDatum(&job->execution_id);
-		froms[i] = CStringGetTextDatum(job->running ? "RUNNING" : "ENQUEUED");
+		/* (TAKEN: a worker took it; its row implies both of its transitions) */
+		froms[i] = CStringGetTextDatum(job->taken_at != 0 ? "TAKEN" : job->running ? "RUNNING" : "ENQUEUED");
 		starts[i] = TimestampTzGetDatum(o->started_at);
 		start_nulls[i] = (o->started_at == 0);
 		i++;
@@ -226,22 +243,25 @@ LogFailure(VqJob *job, VqOutcome *outcome, bool retry, TimestampTz retry_at, con
 bool
 VqPersistFailure(VqJob *job, VqOutcome *outcome, VqQueue *queue, TimestampTz now)
 {
-	static const Oid failure_types[11] = {UUIDOID, TEXTOID, INT4OID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID,
-	TIMESTAMPTZOID, INT4OID, TEXTOID, TEXTOID, TIMESTAMPTZOID};
+	static const Oid failure_types[12] = {UUIDOID, TEXTOID, INT4OID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID, INT4OID, TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
 	bool		interrupted = outcome->kind == VQ_OUTCOME_INTERRUPTED;
 	bool		retry = interrupted || (job->attempt_number + 1 < job->max_attempts && !outcome->permanent);
-	bool		keeps_place = interrupted || outcome->kind == VQ_OUTCOME_ABANDONED;
+	bool		keeps_place = interrupted || (outcome->kind == VQ_OUTCOME_ABANDONED && !outcome->backoff);
 	TimestampTz next_at = now;
-	Datum		values[11];
-	char		nulls[11] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Datum		values[12];
+	char		nulls[12] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	uint64		written;
 
 	/*
-	 * A failure waits for its backoff; an abandoned or interrupted job keeps
-	 * its scheduled_at, so it is claimed again at once, ahead of the jobs that
-	 * were due after it.
+	 * A failure waits for its backoff (or for the time a worker's retry
+	 * asked), and so does a job whose lease expired; an abandoned or
+	 * interrupted job keeps its scheduled_at, so it is claimed again at once,
+	 * ahead of the jobs that were due after it.
 	 */
-	if (retry && outcome->kind == VQ_OUTCOME_FAILED)
+	if (retry && outcome->retry_at != 0)
+		next_at = Max(outcome->retry_at, now);
+	else if (retry && !keeps_place)
 	{
 		VqBackoffStrategy strategy = queue ? queue->backoff_strategy : VQ_BACKOFF_LINEAR;
 		int64		base = queue ? queue->backoff_base_delay_ms : 30000;
@@ -265,24 +285,37 @@ VqPersistFailure(VqJob *job, VqOutcome *outcome, VqQueue *queue, TimestampTz now
 	values[9] = CStringGetTextDatum(job->running ? "RUNNING" : "ENQUEUED");
 	values[10] = TimestampTzGetDatum(job->updated_at);
 	nulls[10] = job->updated_at == 0 ? 'n' : ' ';
+	values[11] = TimestampTzGetDatum(job->taken_at);
+	nulls[11] = job->taken_at == 0 ? 'n' : ' ';
 
-	/* $1 id, $2 new state, $3 new attempt, $4 retry at, $5 error, $7 now, $8/$10/$11 the row as seen */
+	/*
+	 * $1 id, $2 new state, $3 new attempt, $4 retry at, $5 error, $7 now,
+	 * $8/$10/$11 the row as seen, $12 when a worker took it: then its CLAIMED
+	 * transition comes first, unless stored (the take stores it while
+	 * transition listeners are registered)
+	 */
 #define FAILURE_GUARD \
 	" WHERE j.execution_id OPERATOR(pg_catalog.=) $1" \
 	" AND j.state OPERATOR(pg_catalog.=) $10::vq.job_state AND j.attempt_number OPERATOR(pg_catalog.=) $8" \
 	" AND ($11::pg_catalog.timestamptz IS NULL OR j.updated_at OPERATOR(pg_catalog.=) $11)"
 #define FAILURE_TRANSITION \
 	" INSERT INTO vq.job_transition_data (execution_id, attempt_number, kind, from_state, to_state, error, at)" \
+	" SELECT execution_id, $8, 'CLAIMED', 'ENQUEUED'::vq.job_state, 'RUNNING'::vq.job_state, NULL, $12 FROM j" \
+	" WHERE $12::pg_catalog.timestamptz IS NOT NULL AND NOT EXISTS (SELECT FROM vq.job_transition_data c" \
+	"  WHERE c.execution_id OPERATOR(pg_catalog.=) $1 AND c.attempt_number OPERATOR(pg_catalog.=) $8" \
+	"  AND c.kind OPERATOR(pg_catalog.=) 'CLAIMED')" \
+	" UNION ALL" \
 	" SELECT execution_id, $8, $9, $10::vq.job_state, $2::vq.job_state, $5, $7 FROM j"
 	if (retry)
 		written = Write(VqKeepPlan(&retry_plan,
 							 "WITH j AS ("
 							 " UPDATE vq.job_active j SET state = 'ENQUEUED', attempt_number = $3,"
 							 "  scheduled_at = coalesce($4, j.scheduled_at), last_error = $5, updated_at = $7,"
-							 "  worker_pid = NULL, worker_started_at = NULL, worker_timeline = NULL, consumer_claimed_at = NULL"
+							 "  worker_pid = NULL, worker_started_at = NULL, worker_timeline = NULL, consumer_claimed_at = NULL,"
+							 "  lease_until = NULL"
 							 FAILURE_GUARD " RETURNING j.execution_id)"
 							 FAILURE_TRANSITION,
-							 11, failure_types),
+							 12, failure_types),
 						values, nulls);
 	else
 		written = Write(VqKeepPlan(&dead_letter_plan,
@@ -292,12 +325,13 @@ VqPersistFailure(VqJob *job, VqOutcome *outcome, VqQueue *queue, TimestampTz now
 											 "progress_total", "progress_succeeded", "progress_failed")
 							 "  FROM j)"
 							 FAILURE_TRANSITION,
-							 11, failure_types),
+							 12, failure_types),
 						values, nulls);
 
 	/* the retry is a due time the executors must not sleep past */
 	if (written > 0 && retry)
-		VqJobsEnqueuedAtCommit(job->queue, job->priority, keeps_place ? job->scheduled_at : next_at, true);
+		VqJobsEnqueuedAtCommit(job->queue, VqJobLaneHandler(job), job->priority,
+							   keeps_place ? job->scheduled_at : next_at, true);
 	if (written > 0 && vq_log_failures && !interrupted)
 		LogFailure(job, outcome, retry, keeps_place ? 0 : next_at, TextDatumGetCString(values[4]));
 	return written > 0;
@@ -314,23 +348,17 @@ VqPersistCancelled(VqJob *job, VqOutcome *outcome, TimestampTz now)
 	PersistOneEnded(job, outcome, "CANCELLED", now);
 }
 
-/*
- * Claim a job visibly: commit it as RUNNING with this executor's identity (or
- * with none, for an external NOTIFY consumer), with a CLAIMED transition.
- */
+/* Claim a job visibly: commit it as RUNNING with this executor's identity, with a CLAIMED transition. */
 void
-VqPersistRunning(VqJob *job, bool external, TimestampTz now)
+VqPersistRunning(VqJob *job, TimestampTz now)
 {
 	Datum		values[5];
-	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
 
 	values[0] = UUIDPGetDatum(&job->execution_id);
 	values[1] = TimestampTzGetDatum(now);
 	values[2] = Int32GetDatum(VqMyExecutorSlot->pid);
 	values[3] = TimestampTzGetDatum(VqMyExecutorSlot->started_at);
 	values[4] = Int32GetDatum((int32) GetWALInsertionTimeLine());
-	if (external)
-		nulls[2] = nulls[3] = nulls[4] = 'n';
 
 	Write(VqKeepPlan(&running_plan,
 			   "WITH j AS ("
@@ -340,7 +368,7 @@ VqPersistRunning(VqJob *job, bool external, TimestampTz now)
 			   " INSERT INTO vq.job_transition_data (execution_id, attempt_number, kind, from_state, to_state, at)"
 			   " SELECT execution_id, attempt_number, 'CLAIMED', 'ENQUEUED', 'RUNNING', $2 FROM j",
 			   5, (Oid[]) {UUIDOID, TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID, INT4OID}),
-		  values, nulls);
+		  values, NULL);
 	job->running = true;
 }
 
@@ -366,10 +394,11 @@ ExecutorAlive(int pid, TimestampTz started_at)
 typedef struct RunningJob
 {
 	VqJob		job;
-	bool		external;		/* a NOTIFY job: no worker_pid */
+	bool		external;		/* a job a worker took: no worker_pid */
 	int			worker_pid;
 	TimestampTz worker_started_at;
 	int32		worker_timeline;	/* 0: not known */
+	TimestampTz lease_until;	/* a taken job's */
 } RunningJob;
 
 /*
@@ -383,7 +412,8 @@ typedef struct RunningJob
 /* What the rescue reads of a RUNNING job (RunningJob), before the conditions. */
 #define RESCUE_CANDIDATES \
 	"SELECT execution_id, attempt_number, max_attempts, queue, worker_pid," \
-	" worker_started_at, updated_at, priority, scheduled_at, worker_timeline, handler, enqueued_by" \
+	" worker_started_at, updated_at, priority, scheduled_at, worker_timeline, handler, enqueued_by," \
+	" consumer_claimed_at, lease_until" \
 	" FROM vq.job_active WHERE state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state"
 
 /* Append the rows of a rescue candidates query to jobs. */
@@ -411,8 +441,16 @@ CopyRescueCandidates(List *jobs)
 		r->worker_timeline = DatumGetInt32(SPI_getbinval(tup, desc, 10, &isnull));
 		if (isnull)
 			r->worker_timeline = 0;
-		r->job.handler = SPI_getvalue(tup, desc, 11);	/* (for vq.log_failures) */
+		r->job.handler = SPI_getvalue(tup, desc, 11);	/* (for vq.log_failures, and a taken job's lane) */
 		r->job.enqueued_by = DatumGetObjectId(SPI_getbinval(tup, desc, 12, &isnull));
+		r->job.external = r->external;
+		if (r->external)
+		{
+			Datum		taken = SPI_getbinval(tup, desc, 13, &isnull);
+
+			r->job.taken_at = isnull ? 0 : DatumGetTimestampTz(taken);
+			r->lease_until = DatumGetTimestampTz(SPI_getbinval(tup, desc, 14, &isnull));
+		}
 		jobs = lappend(jobs, r);
 	}
 	return jobs;
@@ -420,16 +458,16 @@ CopyRescueCandidates(List *jobs)
 
 /*
  * The RUNNING jobs that may be orphans: with executors, those run by an
- * executor; with notify, the NOTIFY jobs taken longer ago than the timeout.
+ * executor; with leases, the jobs workers took whose lease has expired.
  * Two queries: the executors' jobs are a short range of job_running_idx,
- * while the NOTIFY jobs' range holds every row version of every NOTIFY job
+ * while the taken jobs' range holds every row version of every taken job
  * (a held snapshot keeps them all), so it is looked at less often.
  */
 static List *
-ReadRescueCandidates(TimestampTz now, bool executors, bool notify)
+ReadRescueCandidates(TimestampTz now, bool executors, bool leases)
 {
 	static SPIPlanPtr executors_plan = NULL;
-	static SPIPlanPtr notify_plan = NULL;
+	static SPIPlanPtr lease_plan = NULL;
 	Datum		values[1];
 	List	   *jobs = NIL;
 
@@ -442,14 +480,14 @@ ReadRescueCandidates(TimestampTz now, bool executors, bool notify)
 			elog(ERROR, "vq_job: looking for orphaned jobs failed");
 		jobs = CopyRescueCandidates(jobs);
 	}
-	if (notify && vq_execution_timeout_ms > 0)
+	if (leases)
 	{
-		values[0] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now, -(int64) vq_execution_timeout_ms));
-		if (SPI_execute_plan(VqKeepCustomPlan(&notify_plan, RESCUE_CANDIDATES
-											  " AND worker_pid IS NULL AND consumer_claimed_at OPERATOR(pg_catalog.<) $1",
+		values[0] = TimestampTzGetDatum(now);
+		if (SPI_execute_plan(VqKeepCustomPlan(&lease_plan, RESCUE_CANDIDATES
+											  " AND worker_pid IS NULL AND lease_until OPERATOR(pg_catalog.<) $1",
 											  1, (Oid[]) {TIMESTAMPTZOID}),
 							 values, NULL, true, 0) != SPI_OK_SELECT)
-			elog(ERROR, "vq_job: looking for unanswered NOTIFY jobs failed");
+			elog(ERROR, "vq_job: looking for expired leases failed");
 		jobs = CopyRescueCandidates(jobs);
 	}
 	return jobs;
@@ -457,8 +495,8 @@ ReadRescueCandidates(TimestampTz now, bool executors, bool notify)
 
 /*
  * Abandon RUNNING jobs nobody is running any more: their executor is not
- * alive (it was killed, or the server crashed or stopped), or, for NOTIFY
- * jobs, no reply came within vq.execution_timeout_ms. The server knows which
+ * alive (it was killed, or the server crashed or stopped), or, for jobs a
+ * worker took, their lease expired without a reply. The server knows which
  * of its processes are alive, so no heartbeat is needed. The candidates are
  * read without locks and only the orphans are written, each only if its row
  * has not changed since (a live job's row is never locked here, so its own
@@ -471,22 +509,19 @@ ReadRescueCandidates(TimestampTz now, bool executors, bool notify)
  *
  * The jobs run by executors are looked at when this process starts (after a
  * crash or a promotion), when an executor of the database has left its slot
- * since the last look, and every RESCUE_SWEEP_MS; NOTIFY jobs when notify
+ * since the last look, and every RESCUE_SWEEP_MS; taken jobs when leases
  * is true (one executor per second): not at every call of every executor,
  * since the search walks every index entry of a RUNNING version that vacuum
  * has not removed yet, and a long-held snapshot keeps all of them.
  */
 int
-VqRescueOrphans(VqRegistry *registry, TimestampTz now, bool notify)
+VqRescueOrphans(VqRegistry *registry, TimestampTz now, bool leases)
 {
 	static uint64 exits_seen = PG_UINT64_MAX;
 	static TimestampTz executors_looked_at = 0;
-	static TimestampTz notify_looked_at = 0;
 	uint64		exits = pg_atomic_read_u64(&VqMyDatabaseSlot->executor_exits);
 	bool		executors = exits != exits_seen ||
 		TimestampDifferenceExceeds(executors_looked_at, now, RESCUE_SWEEP_MS);
-	/* a tenth of the timeout late at most, between 1 and 30 s */
-	int			notify_sweep_ms = Min(30000, Max(RESCUE_SWEEP_MS, vq_execution_timeout_ms / 10));
 	TimeLineID	timeline = GetWALInsertionTimeLine();
 	int			abandoned = 0;
 	ListCell   *lc;
@@ -496,10 +531,7 @@ VqRescueOrphans(VqRegistry *registry, TimestampTz now, bool notify)
 		exits_seen = exits;
 		executors_looked_at = now;
 	}
-	notify = notify && TimestampDifferenceExceeds(notify_looked_at, now, notify_sweep_ms);
-	if (notify)
-		notify_looked_at = now;
-	foreach(lc, ReadRescueCandidates(now, executors, notify))
+	foreach(lc, ReadRescueCandidates(now, executors, leases))
 	{
 		RunningJob *r = lfirst(lc);
 		VqOutcome	outcome;
@@ -509,7 +541,12 @@ VqRescueOrphans(VqRegistry *registry, TimestampTz now, bool notify)
 		memset(&outcome, 0, sizeof(outcome));
 		outcome.kind = VQ_OUTCOME_ABANDONED;
 		if (r->external)
-			outcome.error = psprintf("no reply within %d ms", vq_execution_timeout_ms);
+		{
+			/* a worker stopped answering: like a timeout, but after the backoff (the worker may be what failed) */
+			outcome.backoff = true;
+			outcome.error = psprintf("lease expired at %s with no reply from the worker",
+									 timestamptz_to_str(r->lease_until));
+		}
 		else if (r->worker_timeline > 0 && r->worker_timeline < (int32) timeline)
 		{
 			/* it ran on the primary this server replaced: a failover, not the job's doing */
@@ -523,14 +560,14 @@ VqRescueOrphans(VqRegistry *registry, TimestampTz now, bool notify)
 			abandoned++;
 	}
 	if (abandoned > 0)
-		ereport(LOG, (errmsg("vq_job: abandoned %d RUNNING job(s): executor stopped, or no consumer reply in time",
+		ereport(LOG, (errmsg("vq_job: abandoned %d RUNNING job(s): executor stopped, or a worker's lease expired",
 							 abandoned)));
 	return abandoned;
 }
 
 /*
  * Is any job of this database RUNNING? While none is, the orphan rescue has
- * nothing to look at until a job is claimed visibly or announced, or an
+ * nothing to look at until a job is claimed visibly or taken, or an
  * executor exits (executor.c). One probe of job_running_idx.
  */
 bool

@@ -22,7 +22,7 @@
 	" execution_id, " state ", priority, attempt_number, max_attempts, scheduled_at, created_at, " \
 	updated_at ", enqueued_by, queue, job_id, handler, handler_address, handler_function, payload, metadata, " \
 	started_at ", " finished_at ", NULL, NULL, consumer_claimed_at, cancel_requested, " \
-	last_error ", " total ", " succeeded ", " failed
+	last_error ", " total ", " succeeded ", " failed ", NULL, NULL"
 
 /* Mark jobs COMPLETED (a COMPLETED transition for those claimed visibly; implied for the others). */
 extern void VqPersistCompleted(List *jobs, List *outcomes, TimestampTz now);
@@ -33,14 +33,17 @@ extern void VqPersistCancelled(VqJob *job, VqOutcome *outcome, TimestampTz now);
 /* Re-enqueue or dead-letter a job that failed or was abandoned; false if its row changed meanwhile. */
 extern bool VqPersistFailure(VqJob *job, VqOutcome *outcome, VqQueue *queue, TimestampTz now);
 
-/* Commit-to-be a visible claim: RUNNING with this executor's identity (or none, for a NOTIFY consumer). */
-extern void VqPersistRunning(VqJob *job, bool external, TimestampTz now);
+/* Commit-to-be a visible claim: RUNNING with this executor's identity. */
+extern void VqPersistRunning(VqJob *job, TimestampTz now);
 
 /*
- * Abandon RUNNING jobs of dead executors and (with notify, and at most every
- * tenth of vq.execution_timeout_ms) unanswered NOTIFY jobs; returns how many.
+ * Abandon RUNNING jobs of dead executors and (with leases) jobs workers took
+ * whose lease expired; returns how many.
  */
-extern int	VqRescueOrphans(VqRegistry *registry, TimestampTz now, bool notify);
+extern int	VqRescueOrphans(VqRegistry *registry, TimestampTz now, bool leases);
+
+/* The external handler whose lane a job's re-enqueue lowers (NULL: a function handler's job). */
+#define VqJobLaneHandler(job) ((job)->external ? (job)->handler : NULL)
 
 /* Is any job of this database RUNNING (claimed visibly, or a NOTIFY job in flight)? */
 extern bool VqAnyJobRunning(void);

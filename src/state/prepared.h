@@ -20,7 +20,7 @@ typedef struct VqWakeNotes
 	int			nlevels;
 	struct
 	{
-		char		queue[VQ_NAME_MAX + 1];
+		char		lane[VQ_LANE_MAX + 1];
 		int32		priority;
 		TimestampTz scheduled_at;
 	}			levels[VQ_PREPARED_LEVELS];
@@ -28,6 +28,7 @@ typedef struct VqWakeNotes
 	bool		due;
 	uint32		queue_hint;
 	TimestampTz next_due;
+	uint64		takers;			/* VqTakeWakeBit of the external handlers given due jobs */
 	bool		relay;
 	int64		relay_low_id;
 	bool		callbacks;

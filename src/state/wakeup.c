@@ -33,10 +33,10 @@
 PG_FUNCTION_INFO_V1(vq_wake_executors);
 PG_FUNCTION_INFO_V1(vq_launcher_wakeup);
 
-/* A priority level of a queue that this transaction gave ENQUEUED jobs. */
+/* A priority level of a lane (claimpos.h) that this transaction gave ENQUEUED jobs. */
 typedef struct NotedLevel
 {
-	char		queue[VQ_NAME_MAX + 1];
+	char		lane[VQ_LANE_MAX + 1];
 	int32		priority;
 	TimestampTz scheduled_at;	/* the earliest of them */
 } NotedLevel;
@@ -52,6 +52,7 @@ static bool forget_positions_at_commit = false;
 static bool due_at_commit = false;
 static uint32 queue_hint_at_commit = 0;	/* VqNameHash of the last queue given due jobs */
 static TimestampTz next_due_at_commit = VQ_NO_NEXT_DUE;
+static uint64 takers_at_commit = 0;	/* VqTakeWakeBit of the external handlers given due jobs */
 static bool relay_at_commit = false;
 static bool callbacks_at_commit = false;
 static int64 relay_low_id_at_commit = PG_INT64_MAX;	/* lowest id of the rows due at publication */
@@ -68,6 +69,7 @@ ForgetNotes(void)
 	due_at_commit = false;
 	queue_hint_at_commit = 0;
 	next_due_at_commit = VQ_NO_NEXT_DUE;
+	takers_at_commit = 0;
 	relay_at_commit = false;
 	callbacks_at_commit = false;
 	relay_low_id_at_commit = PG_INT64_MAX;
@@ -84,7 +86,7 @@ LowerPositions(VqDatabaseSlot *slot, void *arg)
 		VqClaimPositionsForget(slot);
 	else
 		for (int i = 0; i < n_noted_levels; i++)
-			VqClaimPositionLower(slot, noted_levels[i].queue, noted_levels[i].priority,
+			VqClaimPositionLower(slot, noted_levels[i].lane, noted_levels[i].priority,
 								 noted_levels[i].scheduled_at);
 	if (relay_low_id_at_commit != PG_INT64_MAX)
 		VqRelayPositionLower(slot, relay_low_id_at_commit);
@@ -113,6 +115,8 @@ WakeupReleaseCallback(ResourceReleasePhase phase, bool isCommit, bool isTopLevel
 			VqWakeExecutors(MyDatabaseId, true, 0, queue_hint_at_commit);
 		if (next_due_at_commit != VQ_NO_NEXT_DUE)
 			VqWakeExecutors(MyDatabaseId, false, next_due_at_commit, 0);
+		if (takers_at_commit != 0)
+			VqWakeTakers(MyDatabaseId, takers_at_commit);
 		if (relay_at_commit)
 			VqWakeRelay(MyDatabaseId);
 		if (callbacks_at_commit)
@@ -137,7 +141,7 @@ CopyNotes(VqWakeNotes *notes)
 	notes->forget_positions = forget_positions_at_commit || n_noted_levels > VQ_PREPARED_LEVELS;
 	for (int i = 0; i < n_noted_levels && !notes->forget_positions; i++)
 	{
-		strlcpy(notes->levels[i].queue, noted_levels[i].queue, VQ_NAME_MAX + 1);
+		strlcpy(notes->levels[i].lane, noted_levels[i].lane, VQ_LANE_MAX + 1);
 		notes->levels[i].priority = noted_levels[i].priority;
 		notes->levels[i].scheduled_at = noted_levels[i].scheduled_at;
 		notes->nlevels = i + 1;
@@ -145,6 +149,7 @@ CopyNotes(VqWakeNotes *notes)
 	notes->due = due_at_commit;
 	notes->queue_hint = queue_hint_at_commit;
 	notes->next_due = next_due_at_commit;
+	notes->takers = takers_at_commit;
 	notes->relay = relay_at_commit;
 	notes->relay_low_id = relay_low_id_at_commit;
 	notes->callbacks = callbacks_at_commit;
@@ -211,13 +216,13 @@ VqWakeAtCommit(TimestampTz due)
 
 /* Note a level this transaction gives ENQUEUED jobs, for the claim positions. */
 static void
-NoteLevel(const char *queue, int32 priority, TimestampTz scheduled_at)
+NoteLevel(const char *lane, int32 priority, TimestampTz scheduled_at)
 {
 	for (int i = 0; i < n_noted_levels; i++)
 	{
 		NotedLevel *l = &noted_levels[i];
 
-		if (l->priority == priority && strcmp(l->queue, queue) == 0)
+		if (l->priority == priority && strcmp(l->lane, lane) == 0)
 		{
 			l->scheduled_at = Min(l->scheduled_at, scheduled_at);
 			return;
@@ -228,20 +233,42 @@ NoteLevel(const char *queue, int32 priority, TimestampTz scheduled_at)
 		forget_positions_at_commit = true;
 		return;
 	}
-	strlcpy(noted_levels[n_noted_levels].queue, queue, VQ_NAME_MAX + 1);
+	strlcpy(noted_levels[n_noted_levels].lane, lane, VQ_LANE_MAX + 1);
 	noted_levels[n_noted_levels].priority = priority;
 	noted_levels[n_noted_levels].scheduled_at = scheduled_at;
 	n_noted_levels++;
 }
 
-/* At commit: jobs of (queue, priority) become ENQUEUED, due at scheduled_at or later. */
+/*
+ * At commit: jobs of (queue, priority) become ENQUEUED, due at scheduled_at
+ * or later; handler names the external handler whose jobs they are (NULL: a
+ * function handler's, for the executors).
+ */
 void
-VqJobsEnqueuedAtCommit(const char *queue, int32 priority, TimestampTz scheduled_at, bool wake)
+VqJobsEnqueuedAtCommit(const char *queue, const char *handler, int32 priority, TimestampTz scheduled_at,
+					   bool wake)
+{
+	char		lane[VQ_LANE_MAX + 1];
+
+	RegisterCallbacks();
+	VqLaneName(lane, queue, handler);
+	NoteLevel(lane, priority, scheduled_at);
+	if (!wake)
+		return;
+	if (handler == NULL)
+		(void) WakeAt(scheduled_at, VqNameHash(queue));
+	else if (scheduled_at <= GetCurrentTimestamp())
+		takers_at_commit |= VqTakeWakeBit(VqNameHash(handler));
+	else if (scheduled_at < next_due_at_commit)
+		next_due_at_commit = scheduled_at;	/* (the executors wake the workers then) */
+}
+
+/* At commit: jobs of an external handler became due by other means (room freed in their queue). */
+void
+VqWakeTakersAtCommit(const char *handler)
 {
 	RegisterCallbacks();
-	NoteLevel(queue, priority, scheduled_at);
-	if (wake)
-		(void) WakeAt(scheduled_at, VqNameHash(queue));
+	takers_at_commit |= VqTakeWakeBit(VqNameHash(handler));
 }
 
 /* At commit: jobs became ENQUEUED by means the claim positions cannot follow. */
@@ -310,6 +337,7 @@ vq_wake_executors(PG_FUNCTION_ARGS)
 	if (!PG_ARGISNULL(0) && PG_GETARG_BOOL(0))
 		VqForgetClaimPositionsAtCommit();
 	(void) WakeAt(GetCurrentTimestamp(), 0);
+	takers_at_commit = ~UINT64CONST(0);
 	PG_RETURN_VOID();
 }
 
@@ -327,6 +355,7 @@ NoteEverything(void)
 {
 	forget_positions_at_commit = true;
 	due_at_commit = true;
+	takers_at_commit = ~UINT64CONST(0);
 	relay_at_commit = true;
 	callbacks_at_commit = true;
 	next_due_at_commit = Min(next_due_at_commit, GetCurrentTimestamp());	/* passed: look it up again */
@@ -356,12 +385,13 @@ WakeForCommitPrepared(const VqWakeNotes *notes)
 	else
 	{
 		for (int i = 0; i < notes->nlevels; i++)
-			NoteLevel(notes->levels[i].queue, notes->levels[i].priority, notes->levels[i].scheduled_at);
+			NoteLevel(notes->levels[i].lane, notes->levels[i].priority, notes->levels[i].scheduled_at);
 		forget_positions_at_commit |= notes->forget_positions;
 		due_at_commit |= notes->due;
 		if (notes->queue_hint != 0)
 			queue_hint_at_commit = notes->queue_hint;
 		next_due_at_commit = Min(next_due_at_commit, notes->next_due);
+		takers_at_commit |= notes->takers;
 		relay_at_commit |= notes->relay;
 		relay_low_id_at_commit = Min(relay_low_id_at_commit, notes->relay_low_id);
 		callbacks_at_commit |= notes->callbacks;

@@ -14,11 +14,17 @@
 /*
  * At the commit of this transaction (nothing on abort; a prepared transaction's
  * at its COMMIT PREPARED, see prepared.c): jobs of
- * (queue, priority) become ENQUEUED, due at scheduled_at or later. The claim
+ * (queue, priority) become ENQUEUED, due at scheduled_at or later; handler
+ * names their external handler (NULL: function handlers' jobs). The claim
  * positions of that level are lowered (claimpos.c); unless wake is false (a
- * paused queue), the executors are woken when the jobs are due.
+ * paused queue), the executors are woken when the jobs are due, or for an
+ * external handler's jobs, the workers waiting for it (wake.h).
  */
-extern void VqJobsEnqueuedAtCommit(const char *queue, int32 priority, TimestampTz scheduled_at, bool wake);
+extern void VqJobsEnqueuedAtCommit(const char *queue, const char *handler, int32 priority,
+								   TimestampTz scheduled_at, bool wake);
+
+/* At commit: an external handler's waiting jobs may be taken now (room freed in a queue). */
+extern void VqWakeTakersAtCommit(const char *handler);
 
 /* At commit: something other than a job becomes due at due (room in a queue, an outbox retry). */
 extern void VqWakeAtCommit(TimestampTz due);

@@ -1,0 +1,837 @@
+/*
+ * take.c: the takes of workers outside the server.
+ *
+ * An external handler's jobs are never claimed by the executors: a worker
+ * takes them with vq_take_jobs, which makes up to max_jobs due jobs RUNNING
+ * under a lease, in one statement per priority level. Each (queue, handler)
+ * pair is a claim lane ("queue/handler") of the partial index job_take_idx,
+ * with its claim positions (claimpos.c), so that a take starts where the last
+ * one got to instead of walking the entries of every job taken since a held
+ * snapshot began. A take is a claimer of the positions like an executor:
+ * while its statement runs it holds one of VQ_MAX_TAKERS entries of the
+ * database's slot (takers[], written here only), and it moves each level's
+ * position when it ends. A take that finds no entry free scans from the
+ * positions without moving them.
+ *
+ * What the positions need of a take, beyond what an executor's claim does:
+ *  - its transaction may abort after the take moved positions past the jobs
+ *    it took: the abort (or a subtransaction's, or a PREPARE, since a
+ *    prepared transaction may still roll back) lowers each level again to the
+ *    first job taken there, before the row locks go;
+ *  - it may run in a transaction that keeps its snapshot (REPEATABLE READ):
+ *    vq_take_jobs refuses that (a row taken by another worker since the
+ *    snapshot would make it fail to serialize anyway);
+ *  - a caller that is not granted the handler takes only the jobs of roles it
+ *    is a member of, and must not move a position past the others' jobs: after
+ *    taking, a fresh look for a job left behind between where it began and
+ *    the last job it took limits the move to just before that job.
+ * Capacity: every job taken holds its queue's capacity until the reply
+ * (inflight.c reserves it before the scan); a handler's max_running is
+ * counted in the table under a transaction advisory lock on the handler, so
+ * two takes of a limited handler never both see room for the same turn.
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "utils/acl.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/hsearch.h"
+#include "utils/timestamp.h"
+#include "utils/uuid.h"
+
+#include "main/limits.h"
+#include "main/shmem.h"
+#include "main/wake.h"
+#include "util/spi_util.h"
+#include "claim/claimpos.h"
+#include "claim/inflight.h"
+#include "claim/take.h"
+
+/* The advisory lock class of a limited handler's takes (the other key is the name's hash). */
+#define TAKE_LOCK_CLASS 0x7671	/* "vq" */
+
+/* One lane a take scans: a queue's jobs of one handler. */
+typedef struct TakeLane
+{
+	VqHandler  *handler;
+	VqQueue    *queue;
+	char		name[VQ_LANE_MAX + 1];
+	bool		positioned;		/* its levels are known: scanned from their positions */
+	bool		granted;		/* the caller may take every job of the handler */
+	int			nscans;
+	VqClaimScan scans[VQ_MAX_CLAIM_LEVELS];
+} TakeLane;
+
+/* The columns every take statement returns, in the order of vq_take_jobs' result. */
+#define TAKEN_COLUMNS \
+	" execution_id, attempt_number, handler, job_id, payload, metadata, queue, priority," \
+	" max_attempts, scheduled_at, lease_until"
+
+/* This backend's entry in takers[] while a take runs (-1: none). */
+static int	my_taker = -1;
+static VqDatabaseSlot *my_taker_slot = NULL;
+static bool taker_exit_registered = false;
+
+/* ---- the takers' entries ---------------------------------------------------------- */
+
+/* Give the entry back (at the end of the take, on its error, or when the process exits). */
+static void
+ReleaseTaker(void)
+{
+	if (my_taker < 0)
+		return;
+	LWLockAcquire(my_taker_slot->lock, LW_EXCLUSIVE);
+	if (my_taker_slot->takers[my_taker].pid == MyProcPid)
+		my_taker_slot->takers[my_taker].pid = 0;
+	LWLockRelease(my_taker_slot->lock);
+	my_taker = -1;
+	my_taker_slot = NULL;
+}
+
+static void
+ReleaseTakerAtExit(int code, Datum arg)
+{
+	ReleaseTaker();
+}
+
+/* Take a free entry of the slot: returns the claimer number (-1: none free, or no slot). */
+static int
+AcquireTaker(VqDatabaseSlot *slot)
+{
+	if (slot == NULL)
+		return -1;
+	if (!taker_exit_registered)
+	{
+		before_shmem_exit(ReleaseTakerAtExit, (Datum) 0);
+		taker_exit_registered = true;
+	}
+	LWLockAcquire(slot->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < VQ_MAX_TAKERS && my_taker < 0 && slot->dboid == MyDatabaseId; i++)
+		if (slot->takers[i].pid == 0)
+		{
+			slot->takers[i].pid = MyProcPid;
+			my_taker = i;
+			my_taker_slot = slot;
+		}
+	LWLockRelease(slot->lock);
+	return my_taker < 0 ? -1 : VQ_MAX_EXECUTORS + my_taker;
+}
+
+/* The launcher gives the slot to a database (see take.h). */
+void
+VqTakersForget(VqDatabaseSlot *slot)
+{
+	memset(slot->takers, 0, sizeof(slot->takers));
+}
+
+/* ---- undoing a take's moves when its transaction aborts ------------------------------ */
+
+/* The first job each take of this transaction took in a level: where to lower it if it aborts. */
+#define TAKEN_LEVELS 32
+typedef struct TakenLevel
+{
+	char		lane[VQ_LANE_MAX + 1];
+	char		handler[VQ_NAME_MAX + 1];
+	int32		priority;
+	TimestampTz scheduled_at;
+} TakenLevel;
+
+static TakenLevel taken_levels[TAKEN_LEVELS];
+static int	n_taken_levels = 0;
+static bool taken_overflow = false;
+static bool undo_callbacks_registered = false;
+
+static void
+LowerTakenLocked(VqDatabaseSlot *slot, void *arg)
+{
+	if (taken_overflow)
+		VqClaimPositionsForget(slot);
+	else
+		for (int i = 0; i < n_taken_levels; i++)
+			VqClaimPositionLower(slot, taken_levels[i].lane, taken_levels[i].priority,
+								 taken_levels[i].scheduled_at);
+}
+
+/* The takes of this transaction may be undone: lower the positions to their jobs, wake the workers. */
+static void
+UndoTakes(void)
+{
+	if (n_taken_levels == 0 && !taken_overflow)
+		return;
+	(void) VqWithDatabaseSlot(MyDatabaseId, LW_EXCLUSIVE, LowerTakenLocked, NULL);
+	for (int i = 0; i < n_taken_levels; i++)
+		VqWakeTakers(MyDatabaseId, VqTakeWakeBit(VqNameHash(taken_levels[i].handler)));
+	n_taken_levels = 0;
+	taken_overflow = false;
+}
+
+static void
+TakeXactCallback(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PREPARE)
+		UndoTakes();
+	else if (event == XACT_EVENT_COMMIT)
+	{
+		n_taken_levels = 0;
+		taken_overflow = false;
+	}
+}
+
+static void
+TakeSubXactCallback(SubXactEvent event, SubTransactionId mySubid, SubTransactionId parentSubid, void *arg)
+{
+	/* (every take of the transaction is lowered again: lowering needlessly costs a longer scan) */
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		UndoTakes();
+}
+
+/* A take took jobs of (lane, priority), the first of them due at scheduled_at. */
+static void
+NoteTakenLevel(const TakeLane *lane, int32 priority, TimestampTz scheduled_at)
+{
+	TakenLevel *t;
+
+	if (!undo_callbacks_registered)
+	{
+		RegisterXactCallback(TakeXactCallback, NULL);
+		RegisterSubXactCallback(TakeSubXactCallback, NULL);
+		undo_callbacks_registered = true;
+	}
+	for (int i = 0; i < n_taken_levels; i++)
+		if (taken_levels[i].priority == priority && strcmp(taken_levels[i].lane, lane->name) == 0)
+		{
+			taken_levels[i].scheduled_at = Min(taken_levels[i].scheduled_at, scheduled_at);
+			return;
+		}
+	if (n_taken_levels == TAKEN_LEVELS)
+	{
+		taken_overflow = true;
+		return;
+	}
+	t = &taken_levels[n_taken_levels++];
+	strlcpy(t->lane, lane->name, sizeof(t->lane));
+	strlcpy(t->handler, lane->handler->name, sizeof(t->handler));
+	t->priority = priority;
+	t->scheduled_at = scheduled_at;
+}
+
+/* ---- lanes and their levels --------------------------------------------------------- */
+
+/*
+ * Find the priority levels that have ENQUEUED jobs in a lane (one index probe
+ * per level) and tell the positions.
+ */
+static void
+LearnLane(VqDatabaseSlot *slot, VqQueue *queue, VqHandler *handler, const char *lane)
+{
+	static SPIPlanPtr levels_plan = NULL;
+	int32		priorities[VQ_MAX_CLAIM_LEVELS];
+	int			n;
+
+	if (SPI_execute_plan(VqKeepPlan(&levels_plan,
+								  "WITH RECURSIVE l(p) AS ("
+								  " SELECT pg_catalog.max(priority) FROM vq.job_active"
+								  "  WHERE queue OPERATOR(pg_catalog.=) $1 AND handler OPERATOR(pg_catalog.=) $2"
+								  "  AND" VQ_TAKEABLE
+								  " UNION ALL"
+								  " SELECT (SELECT pg_catalog.max(priority) FROM vq.job_active"
+								  "  WHERE queue OPERATOR(pg_catalog.=) $1 AND handler OPERATOR(pg_catalog.=) $2"
+								  "  AND" VQ_TAKEABLE " AND priority OPERATOR(pg_catalog.<) l.p)"
+								  " FROM l WHERE l.p IS NOT NULL)"
+								  " SELECT p FROM l WHERE p IS NOT NULL LIMIT $3",
+								  3, (Oid[]) {TEXTOID, TEXTOID, INT4OID}),
+						 (Datum[]) {queue->name_datum, handler->name_datum, Int32GetDatum(VQ_MAX_CLAIM_LEVELS + 1)},
+						 NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "vq_job: finding a lane's priority levels failed");
+	n = (int) Min(SPI_processed, VQ_MAX_CLAIM_LEVELS);
+	for (int i = 0; i < n; i++)
+	{
+		bool		isnull;
+
+		priorities[i] = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+	}
+	VqClaimPositionsLearn(slot, lane, priorities, n, SPI_processed > VQ_MAX_CLAIM_LEVELS);
+}
+
+/*
+ * The levels of a lane, learnt first if they are not known; with claimer >=
+ * 0, registered as claiming from them. False: not known (no slot, or more
+ * levels than fit): scan the lane from its start.
+ */
+static bool
+LaneLevels(VqDatabaseSlot *slot, int claimer, VqQueue *queue, VqHandler *handler, const char *lane,
+		   VqClaimScan *scans, int *nscans)
+{
+	*nscans = 0;
+	if (slot == NULL)
+		return false;
+	if (VqClaimPositionsBegin(slot, claimer, lane, scans, nscans))
+		return true;
+	LearnLane(slot, queue, handler, lane);
+	return VqClaimPositionsBegin(slot, claimer, lane, scans, nscans);
+}
+
+/* ---- one take ----------------------------------------------------------------------- */
+
+/* The take in progress: its request, what it may still take, and where. */
+typedef struct Take
+{
+	const VqTakeRequest *req;
+	VqDatabaseSlot *slot;
+	int			claimer;		/* -1: moves no position */
+	TimestampTz now;
+	int			left;			/* jobs it may still take */
+	HTAB	   *rooms;			/* queue name -> QueueRoom */
+	Tuplestorestate *store;
+	TupleDesc	desc;
+	int			ntaken;			/* jobs taken so far: their ids and attempts */
+	Datum	   *ids;
+	Datum	   *attempts;
+} Take;
+
+/* The room a take reserved in a queue, and what it used. */
+typedef struct QueueRoom
+{
+	char		queue[VQ_NAME_MAX + 1];
+	VqQueue    *q;
+	int			reserved;
+	int			used;
+} QueueRoom;
+
+/* How many jobs the take may still take from a queue (reserving room the first time). */
+static int
+RoomIn(Take *t, VqQueue *queue)
+{
+	bool		found;
+	QueueRoom  *r = hash_search(t->rooms, queue->name, HASH_ENTER, &found);
+
+	if (!found)
+	{
+		r->q = queue;
+		r->reserved = VqReserveTakeRoom(queue, t->left);
+		r->used = 0;
+	}
+	return r->reserved - r->used;
+}
+
+static void
+UseRoom(Take *t, VqQueue *queue, int n)
+{
+	QueueRoom  *r = hash_search(t->rooms, queue->name, HASH_FIND, NULL);
+
+	r->used += n;
+}
+
+/* Give back the room the take reserved and did not use. */
+static void
+ReleaseRooms(Take *t)
+{
+	HASH_SEQ_STATUS seq;
+	QueueRoom  *r;
+
+	hash_seq_init(&seq, t->rooms);
+	while ((r = hash_seq_search(&seq)) != NULL)
+		VqReleaseTakeRoom(r->q, r->reserved - r->used);
+}
+
+/*
+ * How many more jobs of a handler with max_running the take may start
+ * (counted under an advisory lock held until the transaction ends).
+ */
+static int
+HandlerTurnsLeft(VqHandler *handler)
+{
+	static SPIPlanPtr lock_plan = NULL;
+	static SPIPlanPtr count_plan = NULL;
+	bool		isnull;
+	int64		running;
+
+	if (handler->max_running <= 0)
+		return INT_MAX;
+	if (SPI_execute_plan(VqKeepPlan(&lock_plan, "SELECT pg_catalog.pg_advisory_xact_lock($1, $2)",
+									2, (Oid[]) {INT4OID, INT4OID}),
+						 (Datum[]) {Int32GetDatum(TAKE_LOCK_CLASS), Int32GetDatum((int32) VqNameHash(handler->name))},
+						 NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "vq_job: locking a handler's turns failed");
+	if (SPI_execute_plan(VqKeepCustomPlan(&count_plan,
+										  "SELECT pg_catalog.count(*) FROM vq.job_active"
+										  " WHERE state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state"
+										  " AND worker_pid IS NULL AND handler OPERATOR(pg_catalog.=) $1",
+										  1, (Oid[]) {TEXTOID}),
+						 &handler->name_datum, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "vq_job: counting a handler's running jobs failed");
+	running = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	return (int) Max(0, handler->max_running - running);
+}
+
+/* The key just before key (no job can sit between them): a position there makes the next scan start at key. */
+static VqClaimKey
+KeyBefore(VqClaimKey key)
+{
+	for (int i = UUID_LEN - 1; i >= 0; i--)
+		if (key.execution_id.data[i]-- != 0)
+			return key;			/* (no borrow left) */
+	key.scheduled_at--;			/* the id was all zeros: the last id of the previous instant */
+	return key;
+}
+
+/*
+ * A caller that is not granted the handler left behind the jobs of roles it
+ * is not a member of: the first job still waiting in the scan's range, in a
+ * fresh look. False if none.
+ */
+static bool
+FirstLeftBehind(TakeLane *lane, VqClaimScan *scan, VqClaimKey *left)
+{
+	static SPIPlanPtr left_plan = NULL;
+	Datum		values[7];
+	bool		isnull;
+
+	values[0] = lane->queue->name_datum;
+	values[1] = lane->handler->name_datum;
+	values[2] = Int32GetDatum(scan->priority);
+	values[3] = TimestampTzGetDatum(scan->from.scheduled_at);
+	values[4] = UUIDPGetDatum(&scan->from.execution_id);
+	values[5] = TimestampTzGetDatum(scan->last.scheduled_at);
+	values[6] = UUIDPGetDatum(&scan->last.execution_id);
+	if (SPI_execute_plan(VqKeepGenericPlan(&left_plan,
+										   "SELECT scheduled_at, execution_id FROM vq.job_active"
+										   " WHERE queue OPERATOR(pg_catalog.=) $1 AND handler OPERATOR(pg_catalog.=) $2"
+										   " AND" VQ_TAKEABLE " AND priority OPERATOR(pg_catalog.=) $3"
+										   " AND (scheduled_at, execution_id) OPERATOR(pg_catalog.>) ($4, $5)"
+										   " AND (scheduled_at, execution_id) OPERATOR(pg_catalog.<=) ($6, $7)"
+										   " ORDER BY scheduled_at, execution_id LIMIT 1",
+										   7, (Oid[]) {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, UUIDOID,
+										   TIMESTAMPTZOID, UUIDOID}),
+						 values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "vq_job: looking behind a take failed");
+	if (SPI_processed == 0)
+		return false;
+	left->scheduled_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	memcpy(&left->execution_id, DatumGetUUIDP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)),
+		   sizeof(pg_uuid_t));
+	return true;
+}
+
+/* The SET list and the select list of a take statement ($7 now, $8 lease until, $9 granted, $10 caller). */
+#define TAKE_UPDATE \
+	"WITH taken AS (" \
+	" UPDATE vq.job_active j SET state = 'RUNNING', started_at = $7, consumer_claimed_at = $7," \
+	"  updated_at = $7, lease_until = $8" \
+	" WHERE j.execution_id OPERATOR(pg_catalog.=) ANY (ARRAY(" \
+	"  SELECT execution_id FROM vq.job_active" \
+	"  WHERE queue OPERATOR(pg_catalog.=) $1 AND handler OPERATOR(pg_catalog.=) $2 AND" VQ_TAKEABLE \
+	"  AND scheduled_at OPERATOR(pg_catalog.<=) $7" \
+	"  AND ($9 OR pg_catalog.pg_has_role($10, enqueued_by, 'USAGE'))"
+#define TAKE_RETURN \
+	" RETURNING" TAKEN_COLUMNS ")" \
+	" SELECT" TAKEN_COLUMNS " FROM taken"
+
+/* Put the rows the last take statement returned into the result; returns how many. */
+static int
+StoreTaken(Take *t)
+{
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		Datum		row[VQ_TAKE_COLUMNS];
+		bool		nulls[VQ_TAKE_COLUMNS];
+
+		heap_deform_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, row, nulls);
+		tuplestore_putvalues(t->store, t->desc, row, nulls);
+		t->ids[t->ntaken] = datumCopy(row[0], false, UUID_LEN);
+		t->attempts[t->ntaken++] = row[1];
+	}
+	return (int) SPI_processed;
+}
+
+/* The key of the i-th row the last take statement returned. */
+static VqClaimKey
+TakenKey(uint64 i)
+{
+	VqClaimKey	key;
+	bool		isnull;
+
+	key.scheduled_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 10, &isnull));
+	memcpy(&key.execution_id, DatumGetUUIDP(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull)),
+		   sizeof(pg_uuid_t));
+	return key;
+}
+
+/* Take up to n jobs of one level of a lane, after its position; returns how many. */
+static int
+TakeFromLevel(Take *t, TakeLane *lane, VqClaimScan *scan, int n)
+{
+	static SPIPlanPtr level_plan = NULL;
+	Datum		values[11];
+	int			got;
+
+	values[0] = lane->queue->name_datum;
+	values[1] = lane->handler->name_datum;
+	values[2] = Int32GetDatum(scan->priority);
+	values[3] = TimestampTzGetDatum(scan->from.scheduled_at);
+	values[4] = UUIDPGetDatum(&scan->from.execution_id);
+	values[5] = Int32GetDatum(n);
+	values[6] = TimestampTzGetDatum(t->now);
+	values[7] = TimestampTzGetDatum(t->req->lease_until);
+	values[8] = BoolGetDatum(lane->granted);
+	values[9] = ObjectIdGetDatum(t->req->caller);
+	if (SPI_execute_plan(VqKeepGenericPlan(&level_plan,
+										   TAKE_UPDATE
+										   "  AND priority OPERATOR(pg_catalog.=) $3"
+										   "  AND (scheduled_at, execution_id) OPERATOR(pg_catalog.>) ($4, $5)"
+										   "  ORDER BY scheduled_at, execution_id LIMIT $6 FOR UPDATE SKIP LOCKED))"
+										   TAKE_RETURN " ORDER BY scheduled_at, execution_id",
+										   10, (Oid[]) {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, UUIDOID, INT4OID,
+										   TIMESTAMPTZOID, TIMESTAMPTZOID, BOOLOID, OIDOID}),
+						 values, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "vq_job: taking jobs failed");
+	if (SPI_processed == 0)
+		return 0;
+	NoteTakenLevel(lane, scan->priority, TakenKey(0).scheduled_at);
+	scan->took = true;
+	scan->last = TakenKey(SPI_processed - 1);
+	got = StoreTaken(t);
+	if (!lane->granted)
+	{
+		VqClaimKey	left;
+
+		if (FirstLeftBehind(lane, scan, &left))
+			scan->last = KeyBefore(left);
+	}
+	return got;
+}
+
+/* Take up to n jobs of a lane whose levels are not known, from the start of its order. */
+static int
+TakeFromStart(Take *t, TakeLane *lane, int n)
+{
+	static SPIPlanPtr start_plan = NULL;
+	Datum		values[11];
+
+	values[0] = lane->queue->name_datum;
+	values[1] = lane->handler->name_datum;
+	values[2] = values[3] = values[4] = (Datum) 0;	/* ($3 to $5 are the level's, unused here) */
+	values[5] = Int32GetDatum(n);
+	values[6] = TimestampTzGetDatum(t->now);
+	values[7] = TimestampTzGetDatum(t->req->lease_until);
+	values[8] = BoolGetDatum(lane->granted);
+	values[9] = ObjectIdGetDatum(t->req->caller);
+	if (SPI_execute_plan(VqKeepGenericPlan(&start_plan,
+										   TAKE_UPDATE
+										   "  ORDER BY priority DESC, scheduled_at, execution_id LIMIT $6 FOR UPDATE SKIP LOCKED))"
+										   TAKE_RETURN " ORDER BY priority DESC, scheduled_at, execution_id",
+										   10, (Oid[]) {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, UUIDOID, INT4OID,
+										   TIMESTAMPTZOID, TIMESTAMPTZOID, BOOLOID, OIDOID}),
+						 values, (const char[]) {' ', ' ', 'n', 'n', 'n', ' ', ' ', ' ', ' ', ' '}, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "vq_job: taking jobs failed");
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+
+		NoteTakenLevel(lane, DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 8, &isnull)),
+					   TakenKey(i).scheduled_at);
+	}
+	return StoreTaken(t);
+}
+
+/* Is the caller granted the handler (a consumer grant, or a superuser)? */
+static bool
+Granted(Oid caller, VqHandler *handler)
+{
+	static SPIPlanPtr grant_plan = NULL;
+
+	if (superuser_arg(caller))
+		return true;
+	if (SPI_execute_plan(VqKeepPlan(&grant_plan,
+									"SELECT grantee FROM vq.consumer_grant WHERE handler OPERATOR(pg_catalog.=) $1",
+									1, (Oid[]) {TEXTOID}),
+						 &handler->name_datum, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "vq_job: reading consumer grants failed");
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+
+		if (has_privs_of_role(caller, DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
+																	 SPI_tuptable->tupdesc, 1, &isnull))))
+			return true;
+	}
+	return false;
+}
+
+/* The lanes of the request: each handler in each unpaused queue, with their levels. */
+static List *
+BeginLanes(Take *t, VqRegistry *registry)
+{
+	List	   *lanes = NIL;
+
+	for (int h = 0; h < t->req->nhandlers; h++)
+	{
+		VqHandler  *handler = t->req->handlers[h];
+		bool		granted = Granted(t->req->caller, handler);
+		HASH_SEQ_STATUS seq;
+		VqQueue    *q;
+
+		hash_seq_init(&seq, registry->queue_hash);
+		while ((q = hash_seq_search(&seq)) != NULL)
+		{
+			TakeLane   *lane;
+
+			if (q->paused)
+				continue;
+			lane = palloc0(sizeof(TakeLane));
+			lane->handler = handler;
+			lane->queue = q;
+			lane->granted = granted;
+			VqLaneName(lane->name, q->name, handler->name);
+			lane->positioned = LaneLevels(t->slot, t->claimer, q, handler, lane->name, lane->scans, &lane->nscans);
+			if (lane->positioned && lane->nscans == 0)
+				continue;		/* nothing waits in it (claimer registered on no level) */
+			lanes = lappend(lanes, lane);
+		}
+	}
+	return lanes;
+}
+
+/* The highest priority among the levels not yet scanned (done[lane][level]); false when none is left. */
+static bool
+NextPriority(List *lanes, int32 *priority)
+{
+	bool		any = false;
+	ListCell   *lc;
+
+	foreach(lc, lanes)
+	{
+		TakeLane   *lane = lfirst(lc);
+
+		for (int i = 0; lane->positioned && i < lane->nscans; i++)
+			if (!lane->scans[i].took && lane->scans[i].from.scheduled_at != DT_NOEND &&
+				(!any || lane->scans[i].priority > *priority))
+			{
+				*priority = lane->scans[i].priority;
+				any = true;
+			}
+	}
+	return any;
+}
+
+/*
+ * Take from every lane, level by level, highest priority first (within a
+ * priority, lanes in the order of the handlers asked for), within each
+ * queue's room and each handler's turns.
+ */
+static int
+TakeFromLanes(Take *t, List *lanes)
+{
+	int			total = 0;
+	int32		priority;
+	ListCell   *lc;
+
+	/* lanes whose levels are not known: the plain take, before the others */
+	foreach(lc, lanes)
+	{
+		TakeLane   *lane = lfirst(lc);
+		int			n;
+
+		if (lane->positioned || t->left == 0)
+			continue;
+		n = Min(t->left, Min(RoomIn(t, lane->queue), HandlerTurnsLeft(lane->handler)));
+		if (n > 0)
+		{
+			n = TakeFromStart(t, lane, n);
+			UseRoom(t, lane->queue, n);
+			t->left -= n;
+			total += n;
+		}
+	}
+	while (t->left > 0 && NextPriority(lanes, &priority))
+	{
+		foreach(lc, lanes)
+		{
+			TakeLane   *lane = lfirst(lc);
+
+			for (int i = 0; lane->positioned && i < lane->nscans; i++)
+			{
+				VqClaimScan *scan = &lane->scans[i];
+				int			n;
+
+				if (scan->priority != priority || scan->took || scan->from.scheduled_at == DT_NOEND)
+					continue;
+				n = t->left == 0 ? 0 : Min(t->left, Min(RoomIn(t, lane->queue), HandlerTurnsLeft(lane->handler)));
+				if (n > 0 && (n = TakeFromLevel(t, lane, scan, n)) > 0)
+				{
+					UseRoom(t, lane->queue, n);
+					t->left -= n;
+					total += n;
+				}
+				else
+					scan->from.scheduled_at = DT_NOEND; /* (done: NextPriority skips it) */
+			}
+		}
+	}
+	return total;
+}
+
+/* End the claims of every lane: positions move to what each level's take reached. */
+static void
+EndLanes(Take *t, List *lanes)
+{
+	ListCell   *lc;
+
+	if (t->slot == NULL)
+		return;
+	foreach(lc, lanes)
+	{
+		TakeLane   *lane = lfirst(lc);
+
+		if (lane->positioned)
+			VqClaimPositionsEnd(t->slot, t->claimer, lane->name, lane->scans, lane->nscans);
+	}
+}
+
+/* With transition listeners registered, the take records the CLAIMED transitions itself (they see them). */
+static void
+RecordClaimed(Take *t)
+{
+	static SPIPlanPtr claimed_plan = NULL;
+	Datum		values[3];
+
+	values[0] = PointerGetDatum(construct_array(t->ids, t->ntaken, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
+	values[1] = PointerGetDatum(construct_array(t->attempts, t->ntaken, INT4OID, 4, true, TYPALIGN_INT));
+	values[2] = TimestampTzGetDatum(t->now);
+	if (SPI_execute_plan(VqKeepPlan(&claimed_plan,
+									"INSERT INTO vq.job_transition_data (execution_id, attempt_number, kind, from_state, to_state, at)"
+									" SELECT e, a, 'CLAIMED', 'ENQUEUED', 'RUNNING', $3"
+									" FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS u(e, a)",
+									3, (Oid[]) {UUIDARRAYOID, INT4ARRAYOID, TIMESTAMPTZOID}),
+						 values, NULL, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "vq_job: recording CLAIMED transitions failed");
+}
+
+/* Take up to max_jobs due jobs (see take.h). */
+int
+VqTakeJobs(VqRegistry *registry, const VqTakeRequest *req, Tuplestorestate *store, TupleDesc desc)
+{
+	Take		t = {req};
+	HASHCTL		ctl = {.keysize = VQ_NAME_MAX + 1, .entrysize = sizeof(QueueRoom), .hcxt = CurrentMemoryContext};
+	List	   *lanes;
+	volatile int total = 0;
+	int			level;
+	uint64		waiting = 0;
+
+	/* before any scan takes its snapshot: a job committed after it wakes this worker (wake.c) */
+	for (int h = 0; h < req->nhandlers; h++)
+		waiting |= VqTakeWakeBit(VqNameHash(req->handlers[h]->name));
+	VqTakersWaiting(MyDatabaseId, waiting);
+
+	t.now = GetCurrentTimestamp();
+	t.left = req->max_jobs;
+	t.store = store;
+	t.desc = desc;
+	t.ids = palloc(sizeof(Datum) * req->max_jobs);
+	t.attempts = palloc(sizeof(Datum) * req->max_jobs);
+	t.rooms = hash_create("vq_job take rooms", 8, &ctl, HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+	t.slot = VqDatabaseSlotOf(MyDatabaseId);
+	t.claimer = AcquireTaker(t.slot);
+	PG_TRY();
+	{
+		level = VqIndexScansBegin();
+		lanes = BeginLanes(&t, registry);
+		total = TakeFromLanes(&t, lanes);
+		EndLanes(&t, lanes);
+		VqIndexScansEnd(level);
+		ReleaseRooms(&t);
+		if (total > 0 && registry->has_listeners)
+			RecordClaimed(&t);
+	}
+	PG_FINALLY();
+	{
+		ReleaseTaker();
+	}
+	PG_END_TRY();
+	return total;
+}
+
+/* ---- due times, for the executors ---------------------------------------------------- */
+
+/* The earliest scheduled_at still in the future of one level of a lane, or VQ_NO_NEXT_DUE. */
+static TimestampTz
+EarliestInLevel(VqQueue *queue, VqHandler *handler, int32 priority, TimestampTz now)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		values[4] = {queue->name_datum, handler->name_datum, Int32GetDatum(priority), TimestampTzGetDatum(now)};
+	bool		isnull;
+
+	if (SPI_execute_plan(VqKeepPlan(&plan,
+									"SELECT scheduled_at FROM vq.job_active"
+									" WHERE queue OPERATOR(pg_catalog.=) $1 AND handler OPERATOR(pg_catalog.=) $2"
+									" AND" VQ_TAKEABLE " AND priority OPERATOR(pg_catalog.=) $3"
+									" AND scheduled_at OPERATOR(pg_catalog.>) $4"
+									" ORDER BY scheduled_at LIMIT 1",
+									4, (Oid[]) {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID}),
+						 values, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "vq_job: looking for the next due job failed");
+	if (SPI_processed == 0)
+		return VQ_NO_NEXT_DUE;
+	return DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/* The same for a lane whose levels are not known (a walk of the lane's index range). */
+static TimestampTz
+EarliestInLane(VqQueue *queue, VqHandler *handler, TimestampTz now)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		values[3] = {queue->name_datum, handler->name_datum, TimestampTzGetDatum(now)};
+	bool		isnull;
+	Datum		d;
+
+	if (SPI_execute_plan(VqKeepPlan(&plan,
+									"SELECT pg_catalog.min(scheduled_at) FROM vq.job_active"
+									" WHERE queue OPERATOR(pg_catalog.=) $1 AND handler OPERATOR(pg_catalog.=) $2"
+									" AND" VQ_TAKEABLE " AND scheduled_at OPERATOR(pg_catalog.>) $3",
+									3, (Oid[]) {TEXTOID, TEXTOID, TIMESTAMPTZOID}),
+						 values, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "vq_job: looking for the next due job failed");
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	return isnull ? VQ_NO_NEXT_DUE : DatumGetTimestampTz(d);
+}
+
+/* The earliest future scheduled_at of any external handler's job (see take.h). */
+TimestampTz
+VqTakeEarliestFutureDue(VqRegistry *registry, TimestampTz now)
+{
+	VqClaimScan *scans = palloc(sizeof(VqClaimScan) * VQ_MAX_CLAIM_LEVELS);
+	TimestampTz next = VQ_NO_NEXT_DUE;
+	char		lane[VQ_LANE_MAX + 1];
+
+	for (int h = 0; h < registry->nhandlers; h++)
+	{
+		VqHandler  *handler = registry->handlers[h];
+		HASH_SEQ_STATUS seq;
+		VqQueue    *q;
+
+		if (handler->is_function)
+			continue;
+		hash_seq_init(&seq, registry->queue_hash);
+		while ((q = hash_seq_search(&seq)) != NULL)
+		{
+			int			n;
+
+			VqLaneName(lane, q->name, handler->name);
+			if (!LaneLevels(VqMyDatabaseSlot, -1, q, handler, lane, scans, &n))
+			{
+				next = Min(next, EarliestInLane(q, handler, now));
+				continue;
+			}
+			for (int i = 0; i < n; i++)
+				next = Min(next, EarliestInLevel(q, handler, scans[i].priority, now));
+		}
+	}
+	return next;
+}
