@@ -43,6 +43,7 @@ static bool
 ReplyOne(FunctionCallInfo fcinfo, const char *error, int attempt_arg)
 {
 	VqRegistry *registry = VqRegistryGet();
+	Oid			caller = GetUserId();
 	VqSavedUser saved;
 	VqReply		reply;
 
@@ -57,7 +58,7 @@ ReplyOne(FunctionCallInfo fcinfo, const char *error, int attempt_arg)
 	reply.kind = error == NULL ? VQ_REPLY_COMPLETE : VQ_REPLY_FAIL;
 	reply.error = error;
 	VqConnectAsOwner(registry->owner, &saved);
-	VqApplyReplies(registry, GetUserId(), &reply, 1);
+	VqApplyReplies(registry, caller, &reply, 1);
 	if (reply.ignored != NULL && strcmp(reply.ignored, "no such job that you may reply to") == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_VQ_NO_SUCH_JOB),
@@ -130,7 +131,7 @@ vq_pull(PG_FUNCTION_ARGS)
 	name = PG_GETARG_DATUM(0);
 	store = VqMaterializeResult(fcinfo, &desc);
 	(void) VqTakeInto(fcinfo, "vq_pull", construct_array(&name, 1, TEXTOID, -1, false, TYPALIGN_INT),
-					  PG_ARGISNULL(1) ? 1 : PG_GETARG_INT32(1), VqLeaseUntil(fcinfo, 2, "vq_pull"), taken, take_desc);
+					  PG_ARGISNULL(1) ? 1 : PG_GETARG_INT32(1), VqLeaseMs(fcinfo, 2, "vq_pull"), taken, take_desc);
 	while (tuplestore_gettupleslot(taken, true, false, slot))
 	{
 		Datum		row[8];

@@ -145,7 +145,8 @@ ReleaseJob(VqJob *job, TimestampTz now)
 	if (SPI_execute_plan(VqKeepPlan(&release_plan,
 									"WITH j AS ("
 									" UPDATE vq.job_active SET state = 'ENQUEUED', started_at = NULL,"
-									"  consumer_claimed_at = NULL, lease_until = NULL, updated_at = $2"
+									"  consumer_claimed_at = NULL, lease_until = NULL, updated_at = $2,"
+									"  progress_total = NULL, progress_succeeded = NULL, progress_failed = NULL"
 									" WHERE execution_id OPERATOR(pg_catalog.=) $1"
 									" AND state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state"
 									" AND attempt_number OPERATOR(pg_catalog.=) $3 RETURNING execution_id)"

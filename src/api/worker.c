@@ -64,25 +64,23 @@ InvalidArgument(const char *fmt, const char *function)
 			 errmsg(fmt, function)));
 }
 
-/* The end of a lease that starts now (lease NULL: the default); its length is checked. */
-TimestampTz
-VqLeaseUntil(FunctionCallInfo fcinfo, int argno, const char *function)
+/* A lease's length in milliseconds: argument argno (absent or NULL: the default), checked. */
+int64
+VqLeaseMs(FunctionCallInfo fcinfo, int argno, const char *function)
 {
-	TimestampTz now = GetCurrentTimestamp();
-	TimestampTz until;
+	Interval   *lease;
 	int64		ms;
 
 	if (argno >= PG_NARGS() || PG_ARGISNULL(argno))
-		return TimestampTzPlusMilliseconds(now, vq_execution_timeout_ms > 0 ? vq_execution_timeout_ms
-										   : DEFAULT_LEASE_MS);
-	until = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(now),
-													PG_GETARG_DATUM(argno)));
-	ms = TIMESTAMP_NOT_FINITE(until) ? -1 : (until - now) / 1000;
+		return vq_execution_timeout_ms > 0 ? vq_execution_timeout_ms : DEFAULT_LEASE_MS;
+	lease = PG_GETARG_INTERVAL_P(argno);
+	/* (months as 30 days, as PostgreSQL's interval comparisons count them) */
+	ms = (lease->time + (lease->day + (int64) lease->month * DAYS_PER_MONTH) * USECS_PER_DAY) / 1000;
 	if (ms < MIN_LEASE_MS || ms > MAX_LEASE_MS)
 		ereport(ERROR,
 				(errcode(ERRCODE_VQ_INVALID_ARGUMENT),
 				 errmsg("%s: a lease must be between 1 second and 24 hours long", function)));
-	return until;
+	return ms;
 }
 
 /* The external handlers a take names, looked up and checked. */
@@ -130,7 +128,7 @@ TakeHandlers(VqRegistry *registry, ArrayType *names, int *n)
 /* Take jobs into store (VQ_TAKE_COLUMNS); the common part of vq_take_jobs and vq_pull. */
 int
 VqTakeInto(FunctionCallInfo fcinfo, const char *function, ArrayType *handler_names, int32 max_jobs,
-		   TimestampTz lease_until, Tuplestorestate *store, TupleDesc desc)
+		   int64 lease_ms, Tuplestorestate *store, TupleDesc desc)
 {
 	VqRegistry *registry;
 	VqTakeRequest req;
@@ -151,7 +149,7 @@ VqTakeInto(FunctionCallInfo fcinfo, const char *function, ArrayType *handler_nam
 	registry = VqRegistryGet();
 	req.handlers = TakeHandlers(registry, handler_names, &req.nhandlers);
 	req.max_jobs = max_jobs;
-	req.lease_until = lease_until;
+	req.lease_ms = lease_ms;
 	req.caller = GetUserId();
 	VqConnectAsOwner(registry->owner, &saved);
 	taken = VqTakeJobs(registry, &req, store, desc);
@@ -170,7 +168,7 @@ vq_take_jobs(PG_FUNCTION_ARGS)
 		InvalidArgument("%s: handlers and max_jobs must not be null", "vq_take_jobs");
 	store = VqMaterializeResult(fcinfo, &desc);
 	(void) VqTakeInto(fcinfo, "vq_take_jobs", PG_GETARG_ARRAYTYPE_P(0), PG_GETARG_INT32(1),
-					  VqLeaseUntil(fcinfo, 2, "vq_take_jobs"), store, desc);
+					  VqLeaseMs(fcinfo, 2, "vq_take_jobs"), store, desc);
 	return (Datum) 0;
 }
 
@@ -295,6 +293,7 @@ vq_reply_jobs(PG_FUNCTION_ARGS)
 	VqRegistry *registry;
 	VqSavedUser saved;
 	VqReply    *replies;
+	Oid			caller = GetUserId();
 	int			n;
 
 	VqRequireWritable("vq_reply_jobs");
@@ -302,7 +301,7 @@ vq_reply_jobs(PG_FUNCTION_ARGS)
 	store = VqMaterializeResult(fcinfo, &desc);
 	registry = VqRegistryGet();
 	VqConnectAsOwner(registry->owner, &saved);
-	VqApplyReplies(registry, GetUserId(), replies, n);
+	VqApplyReplies(registry, caller, replies, n);	/* (the caller: GetUserId() is the owner now) */
 	VqFinishAsOwner(&saved);
 	for (int i = 0; i < n; i++)
 	{
@@ -355,8 +354,9 @@ vq_extend_leases(PG_FUNCTION_ARGS)
 	JobArrays(ids, attempts, n, values);
 	values[2] = BoolGetDatum(superuser());
 	values[3] = ObjectIdGetDatum(GetUserId());
-	values[4] = TimestampTzGetDatum(VqLeaseUntil(fcinfo, 2, "vq_extend_leases"));
 	values[5] = TimestampTzGetDatum(GetCurrentTimestamp());
+	values[4] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(DatumGetTimestampTz(values[5]),
+																 VqLeaseMs(fcinfo, 2, "vq_extend_leases")));
 	store = VqMaterializeResult(fcinfo, &desc);
 	registry = VqRegistryGet();
 	VqConnectAsOwner(registry->owner, &saved);

@@ -479,7 +479,7 @@ TakeFromLevel(Take *t, TakeLane *lane, VqClaimScan *scan, int n)
 	values[4] = UUIDPGetDatum(&scan->from.execution_id);
 	values[5] = Int32GetDatum(n);
 	values[6] = TimestampTzGetDatum(t->now);
-	values[7] = TimestampTzGetDatum(t->req->lease_until);
+	values[7] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(t->now, t->req->lease_ms));
 	values[8] = BoolGetDatum(lane->granted);
 	values[9] = ObjectIdGetDatum(t->req->caller);
 	if (SPI_execute_plan(VqKeepGenericPlan(&level_plan,
@@ -520,7 +520,7 @@ TakeFromStart(Take *t, TakeLane *lane, int n)
 	values[2] = values[3] = values[4] = (Datum) 0;	/* ($3 to $5 are the level's, unused here) */
 	values[5] = Int32GetDatum(n);
 	values[6] = TimestampTzGetDatum(t->now);
-	values[7] = TimestampTzGetDatum(t->req->lease_until);
+	values[7] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(t->now, t->req->lease_ms));
 	values[8] = BoolGetDatum(lane->granted);
 	values[9] = ObjectIdGetDatum(t->req->caller);
 	if (SPI_execute_plan(VqKeepGenericPlan(&start_plan,
