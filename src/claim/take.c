@@ -749,6 +749,9 @@ VqTakeJobs(VqRegistry *registry, const VqTakeRequest *req, Tuplestorestate *stor
 		ReleaseRooms(&t);
 		if (total > 0 && registry->has_listeners)
 			RecordClaimed(&t);
+		/* (executors idle since before this take must wake when its leases end) */
+		if (total > 0)
+			VqLowerNextDue(MyDatabaseId, TimestampTzPlusMilliseconds(t.now, req->lease_ms));
 	}
 	PG_FINALLY();
 	{

@@ -158,6 +158,25 @@ VqWakeForEverythingLocked(VqDatabaseSlot *slot)
 	WakeEveryExecutor(slot);
 }
 
+static void
+LowerNextDueLocked(VqDatabaseSlot *slot, void *arg)
+{
+	TimestampTz t = *(TimestampTz *) arg;
+	TimestampTz now = GetCurrentTimestamp();
+	uint64		before = pg_atomic_read_u64(&slot->next_due);
+
+	SetNextDue(slot, t, now);
+	if (pg_atomic_read_u64(&slot->next_due) != before)
+		WakeOneExecutor(slot);	/* (it sleeps until the old time: it must look again) */
+}
+
+/* Something is due at t (a lease ends): see wake.h. */
+void
+VqLowerNextDue(Oid dboid, TimestampTz t)
+{
+	(void) VqWithDatabaseSlot(dboid, LW_SHARED, LowerNextDueLocked, &t);
+}
+
 /* An executor found the next due time: put it in the slot (see wake.h). */
 void
 VqReplaceNextDue(VqDatabaseSlot *slot, TimestampTz next, TimestampTz now)

@@ -43,6 +43,14 @@ extern void VqWakeForEverythingLocked(VqDatabaseSlot *slot);
  */
 extern void VqReplaceNextDue(VqDatabaseSlot *slot, TimestampTz next, TimestampTz now);
 
+/*
+ * Something is due at t (a lease a take gave ends then): the slot's next-due
+ * time is lowered to t, and a sleeping executor woken when that moved it, so
+ * that executors sleeping as idle wake to look (a lease that expired is
+ * abandoned by their rescue).
+ */
+extern void VqLowerNextDue(Oid dboid, TimestampTz t);
+
 /* The queue the last due wake-up named (VqNameHash), taken; 0: none. */
 extern uint32 VqTakeDueQueueHint(VqDatabaseSlot *slot);
 
