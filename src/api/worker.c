@@ -18,6 +18,7 @@
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "executor/tuptable.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -35,6 +36,7 @@
 #include "util/spi_util.h"
 #include "cache/registry.h"
 #include "claim/take.h"
+#include "run/interceptors.h"
 #include "run/joblog.h"
 #include "run/roles.h"
 #include "api/reply.h"
@@ -125,6 +127,38 @@ TakeHandlers(VqRegistry *registry, ArrayType *names, int *n)
 	return handlers;
 }
 
+/*
+ * The interceptors' on_dispatch for each job a take put into store (a take is
+ * the dispatch of an external handler's job): queued for an executor, as a
+ * client's session runs no administrator's code (interceptors.c).
+ */
+static void
+InterceptTaken(Tuplestorestate *store, TupleDesc desc)
+{
+	TupleTableSlot *slot = MakeSingleTupleTableSlot(desc, &TTSOpsMinimalTuple);
+
+	tuplestore_rescan(store);
+	while (tuplestore_gettupleslot(store, true, false, slot))
+	{
+		VqJob	   *job = palloc0(sizeof(VqJob));
+
+		slot_getallattrs(slot);
+		memcpy(&job->execution_id, DatumGetUUIDP(slot->tts_values[0]), sizeof(pg_uuid_t));
+		job->attempt_number = DatumGetInt32(slot->tts_values[1]);
+		job->handler = TextDatumGetCString(slot->tts_values[2]);
+		job->job_id = TextDatumGetCString(slot->tts_values[3]);
+		job->metadata = DatumGetJsonbPCopy(slot->tts_values[5]);
+		job->queue = TextDatumGetCString(slot->tts_values[6]);
+		job->priority = DatumGetInt32(slot->tts_values[7]);
+		job->max_attempts = DatumGetInt32(slot->tts_values[8]);
+		job->scheduled_at = DatumGetTimestampTz(slot->tts_values[9]);
+		job->external = true;
+		job->running = true;
+		VqInterceptDispatch(job);
+	}
+	ExecDropSingleTupleTableSlot(slot);
+}
+
 /* Take jobs into store (VQ_TAKE_COLUMNS); the common part of vq_take_jobs and vq_pull. */
 int
 VqTakeInto(FunctionCallInfo fcinfo, const char *function, ArrayType *handler_names, int32 max_jobs,
@@ -153,6 +187,8 @@ VqTakeInto(FunctionCallInfo fcinfo, const char *function, ArrayType *handler_nam
 	req.caller = GetUserId();
 	VqConnectAsOwner(registry->owner, &saved);
 	taken = VqTakeJobs(registry, &req, store, desc);
+	if (taken > 0 && registry->interceptors != NIL)
+		InterceptTaken(store, desc);
 	VqFinishAsOwner(&saved);
 	return taken;
 }
