@@ -46,7 +46,6 @@
 #include "access/xact.h"
 #include "catalog/indexing.h"
 #include "catalog/pg_db_role_setting.h"
-#include "catalog/pg_extension.h"
 #include "commands/dbcommands.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
@@ -68,6 +67,7 @@
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
+#include "main/checks.h"
 #include "main/guc.h"
 #include "main/requests.h"
 #include "main/shmem.h"
@@ -280,31 +280,6 @@ RecordCutWorkAtExit(int code, Datum arg)
 	VqCommitTransaction();
 }
 
-/* The version of vq_job installed in this database, or NULL when it is not installed. */
-static char *
-InstalledVersion(void)
-{
-	Relation	rel = table_open(ExtensionRelationId, AccessShareLock);
-	ScanKeyData key;
-	SysScanDesc scan;
-	HeapTuple	tup;
-	char	   *version = NULL;
-
-	ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber, F_NAMEEQ,
-				CStringGetDatum("vq_job"));
-	scan = systable_beginscan(rel, ExtensionNameIndexId, true, NULL, 1, &key);
-	tup = systable_getnext(scan);
-	if (HeapTupleIsValid(tup))
-	{
-		bool		isnull;
-		Datum		d = heap_getattr(tup, Anum_pg_extension_extversion, RelationGetDescr(rel), &isnull);
-
-		version = isnull ? pstrdup("") : TextDatumGetCString(d);
-	}
-	systable_endscan(scan);
-	table_close(rel, AccessShareLock);
-	return version;
-}
 
 /*
  * Was vq.serve_database turned off for this database (ALTER DATABASE ... SET)?
@@ -363,7 +338,7 @@ static void
 CheckExtension(TimestampTz now)
 {
 	uint64		generation = pg_atomic_read_u64(&VqMyDatabaseSlot->extension_generation);
-	char	   *installed = InstalledVersion();
+	char	   *installed = VqInstalledVersion();
 	bool		turned_off = ServingTurnedOff();
 	bool		present = installed != NULL && strcmp(installed, VQ_EXTVERSION) == 0 && !turned_off;
 	bool		was_served;
