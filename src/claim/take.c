@@ -893,9 +893,9 @@ VqTakeJobs(VqRegistry *registry, const VqTakeRequest *req, Tuplestorestate *stor
 		ReleaseRooms(&t);
 		if (total > 0 && registry->has_listeners)
 			RecordClaimed(&t);
-		/* (executors idle since before this take must wake when its leases end) */
+		/* (the executors look for expired leases when the first may have ended) */
 		if (total > 0)
-			VqLowerNextDue(MyDatabaseId, TimestampTzPlusMilliseconds(t.now, req->lease_ms));
+			VqLeaseEndsAt(MyDatabaseId, TimestampTzPlusMilliseconds(t.now, req->lease_ms));
 	}
 	PG_FINALLY();
 	{

@@ -377,21 +377,6 @@ CheckExtension(TimestampTz now)
 /* ---- housekeeping -------------------------------------------------------------------- */
 
 /*
- * Whether this executor looks for jobs whose lease expired now (workers
- * outside the server took them and did not answer in time): one executor
- * per RESCUE_INTERVAL_MS, whichever comes first, since each look walks every
- * RUNNING version of a taken job that vacuum has not removed.
- */
-static bool
-TakeLeaseSweepTurn(TimestampTz now)
-{
-	uint64		last = pg_atomic_read_u64(&VqMyDatabaseSlot->lease_sweep_at);
-
-	return !TimestampDifferenceExceeds((TimestampTz) last, now, RESCUE_INTERVAL_MS) ? false :
-		pg_atomic_compare_exchange_u64(&VqMyDatabaseSlot->lease_sweep_at, &last, (uint64) now);
-}
-
-/*
  * Between claims, in a short transaction of its own when any is due: make
  * sure the extension is still there (a CREATE or DROP EXTENSION also moves
  * the slot's generation), abandon jobs of dead executors and jobs whose
@@ -403,7 +388,8 @@ Housekeeping(TimestampTz now)
 {
 	bool		check = extension_generation_seen != pg_atomic_read_u64(&VqMyDatabaseSlot->extension_generation) ||
 		TimestampDifferenceExceeds(last_extension_check, now, EXTENSION_CHECK_INTERVAL_MS);
-	bool		rescue = TimestampDifferenceExceeds(last_rescue, now, RESCUE_INTERVAL_MS);
+	bool		rescue = TimestampDifferenceExceeds(last_rescue, now, RESCUE_INTERVAL_MS) ||
+		VqLeaseCheckAt(VqMyDatabaseSlot) <= now;
 	bool		positions = VqMyExecutorIndex == 0 &&
 		now >= next_positions_check;
 
@@ -424,11 +410,15 @@ Housekeeping(TimestampTz now)
 	if (rescue)
 	{
 		VqRegistry *registry = VqRegistryPin();
-		bool		lease_turn = registry->has_notify_handlers && TakeLeaseSweepTurn(now);
+		/* (leases: when the first may have ended, by one executor; wake.h) */
+		bool		lease_turn = VqTakeLeaseCheckTurn(VqMyDatabaseSlot, now);
 		uint64		exits = pg_atomic_read_u64(&VqMyDatabaseSlot->executor_exits);
+		TimestampTz next_lease = VQ_NO_NEXT_DUE;
 
-		if (VqRescueOrphans(registry, now, lease_turn) > 0)
+		if (VqRescueOrphans(registry, now, lease_turn, &next_lease) > 0)
 			VqPollAllNow(now);
+		if (lease_turn)
+			VqLeasesLookedAt(VqMyDatabaseSlot, next_lease);
 		VqRegistryRelease(registry);
 		last_rescue = now;
 		/* (looked at only between idle cycles: a busy executor is never quiet) */
@@ -764,6 +754,7 @@ SleepMs(void)
 		if (VqMyExecutorIndex == 0)
 			wake = Min(wake, TimestampTzPlusMilliseconds(last_retention, RETENTION_INTERVAL_MS));
 	}
+	wake = Min(wake, VqLeaseCheckAt(VqMyDatabaseSlot));	/* (quiet or not: leases workers hold) */
 	if (IsExtraExecutor())
 		wake = Min(wake, TimestampTzPlusMilliseconds(last_work, EXTRA_EXECUTOR_IDLE_MS));
 	if (wake <= now)
@@ -895,6 +886,8 @@ SetUpExecutor(Datum arg)
 
 	extension_generation_seen = pg_atomic_read_u64(&VqMyDatabaseSlot->extension_generation);
 	last_work = GetCurrentTimestamp();
+	/* leases workers took before this executor started (before a restart, say): look at them once */
+	VqLeasesLookedAt(VqMyDatabaseSlot, last_work);
 	started_always_running = !IsExtraExecutor();
 	last_wake_count = pg_atomic_read_u64(&VqMyDatabaseSlot->wake_count);
 	last_relay_wake_count = pg_atomic_read_u64(&VqMyDatabaseSlot->relay_wake_count);
