@@ -460,7 +460,7 @@ grep -E "^([-+] vq\.job|\+ vq\.job_transition_data|\+ vq\.callback_event)	\{.*\"
 grep -vxF -f "$T/rows.moved" "$T/rows.diff" | grep -v '^[-+] sequence ' >"$T/rows.bad" || true
 if [[ -s "$T/rows.bad" ]]; then
     fail "the update changed, added or removed rows (- before, + after; on the old version's columns):
-$(head -n 40 "$T/rows.bad" | cut -c1-600)"
+$(head -n 40 "$T/rows.bad" | cut -c1-400)"
 fi
 while IFS=$'\t' read -r name value; do
     after="$(grep -m 1 -F "$name"$'\t' "$T/rows.after" | cut -f2)"
@@ -513,9 +513,12 @@ q_as upg_app "SELECT vq_enqueue('n_ext', '{\"tag\": \"ext-new\"}')" >/dev/null
 EXT_TAGS="'ext-taken', 'ext-announced', 'ext-delayed', 'ext-new'"
 : >"$T/pulled"
 deadline=$((SECONDS + DELAY_S + 120))
+EXT_STATES="SELECT string_agg(payload->>'tag' || ' ' || state || ' attempt ' || attempt_number, ', ' ORDER BY payload->>'tag')
+              FROM vq.job WHERE payload->>'tag' IN ($EXT_TAGS)"
 until [[ "$(q "SELECT count(*) FROM vq.job WHERE payload->>'tag' IN ($EXT_TAGS) AND state = 'COMPLETED'")" == 4 ]]; do
-    ((SECONDS < deadline)) || fail "the NOTIFY jobs did not all complete: $(q "SELECT string_agg(payload->>'tag' || ' ' || state
-        || ' attempt ' || attempt_number, ', ') FROM vq.job WHERE payload->>'tag' IN ($EXT_TAGS)"); pulled: $(cat "$T/pulled")"
+    ((SECONDS < deadline)) || fail "the NOTIFY jobs did not all complete: $(q "$EXT_STATES"); pulled: $(cat "$T/pulled")"
+    [[ "$(q "SELECT count(*) FROM vq.job WHERE payload->>'tag' IN ($EXT_TAGS) AND state IN ('CANCELLED', 'DEAD_LETTER')")" == 0 ]] ||
+        fail "NOTIFY jobs ended without being run: $(q "$EXT_STATES"); pulled: $(cat "$T/pulled")"
     while IFS='|' read -r id attempt tag due; do
         [[ -n "$id" ]] || continue
         echo "$tag:$attempt" >>"$T/pulled"
