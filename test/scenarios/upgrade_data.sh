@@ -547,6 +547,8 @@ assert_eq "$(id_of done-win)" "$(q "SELECT vq_enqueue('h_ok', '{\"tag\": \"win-a
 assert_eq "$(id_of delayed-win)" "$(q "SELECT vq_enqueue('h_ok', '{\"tag\": \"win-again-2\"}', job_id => 'win-delayed', unique_for => '1 hour')")" \
     "an enqueue of job_id win-delayed (its job or its window, from before the upgrade)"
 wait_state "$NEW_ID" COMPLETED 30
+assert_eq 1 "$(q "SELECT count(*) FROM vq.job_log WHERE execution_id = '$NEW_ID' AND message = 'h_ok ran'")" \
+    "vq_log lines of the new job"
 wait_state "$OVER_ID" COMPLETED 30
 
 log "grants: upg_app enqueues what it may, and only that"
