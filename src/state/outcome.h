@@ -49,14 +49,15 @@ extern void VqPersistRunning(VqJob *job, TimestampTz now);
 
 /*
  * Abandon RUNNING jobs of dead executors and (with leases) jobs workers took
- * whose lease expired; returns how many.
+ * whose lease expired, lowering *next_lease to the earliest lease still
+ * running; returns how many.
  */
-extern int	VqRescueOrphans(VqRegistry *registry, TimestampTz now, bool leases);
+extern int	VqRescueOrphans(VqRegistry *registry, TimestampTz now, bool leases, TimestampTz *next_lease);
 
 /* The external handler whose lane a job's re-enqueue lowers (NULL: a function handler's job). */
 #define VqJobLaneHandler(job) ((job)->external ? (job)->handler : NULL)
 
-/* Is any job of this database RUNNING (claimed visibly, or a NOTIFY job in flight)? */
+/* Is any job of this database RUNNING in an executor (claimed visibly)? */
 extern bool VqAnyJobRunning(void);
 
 /* Save the live progress of the jobs the executors of this database run visibly. */
