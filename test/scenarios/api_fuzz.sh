@@ -58,7 +58,7 @@ CREATE FUNCTION fz_bad(t regtype) RETURNS SETOF text LANGUAGE sql AS $$
         -- external one is needed, an external one, reply outcomes, log levels)
         $v$ARRAY['fz_h']$v$, $v$ARRAY['fz_n']$v$, $v$ARRAY['fz_n', 'fz_n']$v$, $v$ARRAY['fail']$v$,
         $v$ARRAY['retry']$v$, $v$ARRAY['release']$v$, $v$ARRAY['ERROR']$v$,
-        $v$(SELECT array_agg('fz_n') FROM generate_series(1, 65))$v$]
+        $v$(SELECT array_agg('fz_n'::text) FROM generate_series(1, 65))$v$]
       WHEN t = 'uuid'::regtype THEN ARRAY[
         $v$'00000000-0000-0000-0000-000000000000'::uuid$v$, 'gen_random_uuid()']
       WHEN t = 'uuid[]'::regtype THEN ARRAY[
