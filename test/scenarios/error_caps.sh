@@ -75,7 +75,8 @@ wait_state "$S" DEAD_LETTER 20
 check_eq "short error" "$(q "SELECT last_error FROM vq.job WHERE execution_id = '$S'")" "a short error, whole"
 
 log "2. a worker's vq_fail, and vq_reply_jobs 'fail', with 20 MB"
-# reply_big HOW SQL: take the next ec_n job, reply SQL (%s: its id) with the 20 MB error; check what is stored
+# reply_big HOW SQL RESULT: take the next ec_n job, reply with SQL (%s: its id; it returns RESULT) with
+# the 20 MB error; check what is stored
 reply_big() {
     local how="$1" n
     n="$(q "SELECT vq_enqueue('ec_n', '{}')")"
