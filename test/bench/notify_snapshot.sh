@@ -104,12 +104,13 @@ SQL
 
 # executor_cpu_ms: CPU time so far (ms) of this database's executors
 executor_cpu_ms() {
-    local pids pid sum=0 ticks
+    local pids pid sum=0 ticks t
     ticks="$(getconf CLK_TCK)"
     pids="$(q "SELECT pid FROM pg_stat_activity WHERE backend_type = 'vq_job executor' AND datname = current_database()")"
     for pid in $pids; do
-        [[ -r "/proc/$pid/stat" ]] || continue
-        sum=$((sum + $(awk '{ print $14 + $15 }' "/proc/$pid/stat")))
+        # (an executor may exit meanwhile: one started on demand stops after idling 10 s)
+        t="$(awk '{ print $14 + $15 }' "/proc/$pid/stat" 2>/dev/null)" || continue
+        sum=$((sum + ${t:-0}))
     done
     echo $((sum * 1000 / ticks))
 }
