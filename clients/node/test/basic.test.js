@@ -1,0 +1,122 @@
+'use strict';
+// Completion, logs and progress, wake-up by notification, enqueue in the caller's transaction.
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const { Client } = require('pg');
+const { Worker, enqueue, enqueueMany } = require('..');
+const h = require('./helpers');
+
+test.after(() => h.end());
+
+test('a handler that returns completes its job; its log lines and progress are written', async () => {
+  const { handler } = await h.externalHandler('basic.done');
+  const seen = [];
+  const worker = new Worker({
+    concurrency: 4,
+    pollInterval: 60000,          // only a notification can wake it in time
+    handlers: {
+      [handler]: async (payload, job) => {
+        seen.push({ payload, id: job.id, attempt: job.attempt, jobId: job.jobId, handler: job.handler, cancelled: job.cancelled });
+        job.log('starting');
+        job.log('WARN', 'careful', { k: 1 });
+        job.log('ERROR', 'with fields', { n: [1, 2] });
+        job.progress({ total: 10, succeeded: 7 });
+        job.progress({ failed: 1 });
+      },
+    },
+  });
+  await worker.start();
+  assert.equal(worker.listening, true, 'a direct connection LISTENs');
+  assert.equal(worker.pooled, false);
+  try {
+    // (the worker's first take found nothing: only the notification wakes it before 60 s)
+    await h.waitFor(() => worker.stats.takes >= 1, 'the first take');
+    const id = await enqueue(h.admin, handler, { to: 'a@example.com' }, { jobId: 'basic-1' });
+    await h.waitState(id, 'COMPLETED', 10000);
+    assert.deepEqual(seen, [{ payload: { to: 'a@example.com' }, id, attempt: 0, jobId: 'basic-1', handler, cancelled: false }]);
+    assert.equal(await h.transitions(id), 'CLAIMED:0:ENQUEUED>RUNNING,COMPLETED:0:RUNNING>COMPLETED');
+    const lines = await h.q('SELECT attempt_number, level, message, fields FROM vq.job_log WHERE execution_id = $1 ORDER BY id', [id]);
+    assert.deepEqual(lines.map((l) => [l.attempt_number, l.level, l.message, l.fields]), [
+      [0, 'INFO', 'starting', null],
+      [0, 'WARN', 'careful', { k: 1 }],
+      [0, 'ERROR', 'with fields', { n: [1, 2] }],
+    ]);
+    const j = await h.job(id);
+    assert.deepEqual([j.progress_total, j.progress_succeeded, j.progress_failed], ['10', '7', '1']);
+    await h.waitFor(() => worker.stats.completed === 1, 'the completion counted');
+  } finally {
+    await worker.stop();
+  }
+  assert.equal(await h.one("SELECT count(*)::int FROM pg_stat_activity WHERE application_name LIKE 'vq-job worker%'"), 0,
+    'connections closed after stop');
+});
+
+test('a plain (not async) handler completes too; many jobs of two handlers in one worker', async () => {
+  const a = await h.externalHandler('basic.a');
+  const b = await h.externalHandler('basic.b');
+  const ran = { a: 0, b: 0 };
+  const worker = new Worker({
+    concurrency: 7, batchSize: 5,
+    handlers: { [a.handler]: () => { ran.a++; }, [b.handler]: async () => { ran.b++; } },
+  });
+  await worker.start();
+  try {
+    const idsA = await enqueueMany(h.admin, a.handler, Array.from({ length: 60 }, (_, i) => ({ i })));
+    const idsB = await enqueueMany(h.admin, b.handler, Array.from({ length: 40 }, (_, i) => ({ i })));
+    assert.equal(idsA.length, 60);
+    assert.equal(idsB.length, 40);
+    await h.waitFor(async () => (await h.one(
+      "SELECT count(*)::int FROM vq.job WHERE handler = ANY($1) AND state = 'COMPLETED'", [[a.handler, b.handler]])) === 100,
+    'the 100 jobs COMPLETED');
+    assert.deepEqual(ran, { a: 60, b: 40 });
+  } finally {
+    await worker.stop();
+  }
+  assert.equal(worker.stats.completed, 100);
+});
+
+test('enqueue runs in the caller\'s transaction, with its options', async () => {
+  const { handler, queue } = await h.externalHandler('basic.enq');
+  const other = await h.externalHandler('basic.enq2');
+  const client = new Client();
+  await client.connect();
+  try {
+    await client.query('BEGIN');
+    const rolledBack = await enqueue(client, handler, { n: 1 }, { jobId: 'enq-rolled-back' });
+    await client.query('ROLLBACK');
+    assert.equal(await h.one('SELECT count(*)::int FROM vq.job WHERE execution_id = $1', [rolledBack]), 0, 'rolled back: no job');
+
+    await client.query('BEGIN');
+    const runAt = new Date(Date.now() + 3600 * 1000);
+    const id = await enqueue(client, handler, { n: 2 }, {
+      runAt, jobId: 'enq-committed', queue: other.queue, priority: 7, maxAttempts: 9, metadata: { tenant: 't1' },
+    });
+    assert.equal(await h.one('SELECT count(*)::int FROM vq.job WHERE execution_id = $1', [id]), 0, 'not visible before COMMIT');
+    await client.query('COMMIT');
+    const [row] = await h.q(`SELECT state::text, job_id, queue, priority, max_attempts, payload, metadata,
+                                    abs(extract(epoch FROM scheduled_at) * 1000 - $2) < 1 AS at_run_at
+                               FROM vq.job WHERE execution_id = $1`, [id, runAt.getTime()]);
+    assert.deepEqual(row, { state: 'ENQUEUED', job_id: 'enq-committed', queue: other.queue, priority: 7, max_attempts: 9,
+      payload: { n: 2 }, metadata: { tenant: 't1' }, at_run_at: true });
+
+    // defaults: the handler's queue, no payload given
+    const plain = await enqueue(client, handler);
+    const [p] = await h.q('SELECT queue, payload FROM vq.job WHERE execution_id = $1', [plain]);
+    assert.equal(p.queue, queue);
+  } finally {
+    await client.end();
+  }
+});
+
+test('start() fails for a handler that is not an external one', async () => {
+  const missing = new Worker({ handlers: { 'no.such.handler': async () => {} } });
+  await assert.rejects(missing.start(), /"no\.such\.handler" is not registered/);
+  const fnName = h.uniq('basic.fn');
+  await h.q(`CREATE FUNCTION public."${fnName}"(p jsonb) RETURNS void LANGUAGE sql AS 'SELECT'`);
+  await h.q(`SELECT vq_register_handler($1, $2)`, [fnName, `public."${fnName}"(jsonb)`]);
+  const fn = new Worker({ handlers: { [fnName]: async () => {} } });
+  await assert.rejects(fn.start(), /is a function handler/);
+  assert.throws(() => new Worker({ handlers: {} }), /1 to 64 handlers/);
+  assert.throws(() => new Worker({ handlers: { x: 1 } }), /must be a function/);
+  assert.throws(() => new Worker({ handlers: { x() {} }, lease: 10 }), /lease/);
+});
