@@ -25,6 +25,8 @@ class Job {
     this._controller = null;
     this._state = 0;              // 0 taken, 1 running, 2 finished (replied or dropped)
     this._startedAt = 0;
+    this._running = false;
+    this._fn = null;
     this._lost = false;
     this._noExtend = false;
     this._progress = null;

@@ -177,9 +177,15 @@ class Worker {
     return this.listening ? 2000 : 500;
   }
 
-  // Counters since start (a copy).
+  // Counters since start (a copy). running: handlers running; held: jobs taken and not finished
+  // (running or waiting for a free handler).
   get stats() {
-    return { ...this._stats, running: this._active, held: this._jobs.size };
+    return { ...this._stats, running: this._active, held: this._held() };
+  }
+
+  // Jobs taken and not finished (a handler still running for a job whose lease was lost counts).
+  _held() {
+    return this._active + this._queue.length - this._qHead;
   }
 
   // Connect, check the handlers, LISTEN; resolves once listening (or polling).
@@ -309,7 +315,7 @@ class Worker {
 
   _take() {
     if (this._taking || this._stopping || this._retryTimer !== null) return;
-    const free = this.concurrency + this.prefetch - this._jobs.size;
+    const free = this.concurrency + this.prefetch - this._held();
     if (free <= 0 || this._rIds.length >= MAX_BATCH) return;   // (capacity or the flush will kick)
     const want = free < this.batchSize ? free : this.batchSize;
     this._taking = true;
@@ -342,6 +348,8 @@ class Worker {
       const r = rows[i];
       const job = new Job(this, r[0], r[1], r[2], r[3], r[4], leaseUntil);
       job._fn = handlers[r[2]];
+      const older = this._jobs.get(job.id);
+      if (older !== undefined) this._lose(older);   // (a later attempt: that one's lease expired)
       this._jobs.set(job.id, job);
       this._queue.push(job);
     }
@@ -386,7 +394,7 @@ class Worker {
         q[this._qHead++] = undefined;
         if (job._state !== 0) continue;          // (replied meanwhile: a forced stop)
         if (job.cancelled) {
-          this._jobs.delete(job.id);
+          if (this._jobs.get(job.id) === job) this._jobs.delete(job.id);
           job._state = 2;
           if (job._lost) this._stats.lost++;
           else this._reply(job, 'fail', 'cancelled before it started');
@@ -409,6 +417,7 @@ class Worker {
   _run(job) {
     this._active++;
     job._state = 1;
+    job._running = true;
     if (this.timeout > 0) job._startedAt = Date.now();
     let result;
     try {
@@ -425,13 +434,18 @@ class Worker {
   }
 
   _finish(job, failed, err) {
-    if (job._state === 1) this._active--;
+    if (job._running) {
+      job._running = false;
+      this._active--;
+    }
     if (job._state === 2) {                       // already replied for (a forced stop)
+      this._pump();
+      this._kick();
       this._checkDrained();
       return;
     }
     job._state = 2;
-    this._jobs.delete(job.id);
+    if (this._jobs.get(job.id) === job) this._jobs.delete(job.id);
     if (job._lost) {
       this._stats.lost++;
       this.logger.debug(`job ${job.id} attempt ${job.attempt}: the lease was lost, its result is not sent`);
@@ -456,6 +470,20 @@ class Worker {
   _cancelJob(job, reason) {
     if (job.cancelled) return;
     job._cancel(reason);
+    this.logger.debug(`job ${job.id} attempt ${job.attempt}: asked to stop (${reason})`);
+  }
+
+  // The worker no longer holds the job: ask it to stop; its result will not be sent.
+  _lose(job) {
+    if (job._lost) return;
+    job._lost = true;
+    job._noExtend = true;
+    if (this._jobs.get(job.id) === job) this._jobs.delete(job.id);
+    if (job._state === 0) {                       // (not started: it never will)
+      job._state = 2;
+      this._stats.lost++;
+    }
+    this._cancelJob(job, 'lost');
   }
 
   _checkDrained() {
@@ -648,7 +676,6 @@ class Worker {
         // Too long: ask it to stop and let the lease run out (the server abandons the attempt).
         job._noExtend = true;
         this._cancelJob(job, 'timeout');
-        this.logger.debug(`job ${job.id} attempt ${job.attempt}: timed out after ${this.timeout} ms`);
       }
       if (!job._noExtend && !job._lost && job._leaseUntil - now < half) (extend || (extend = [])).push(job);
     }
@@ -673,9 +700,7 @@ class Worker {
           if (job._state === 2) continue;
           const cancel = held.get(job.id);
           if (cancel === undefined) {
-            job._lost = true;
-            this._cancelJob(job, 'lost');
-            this.logger.debug(`job ${job.id} attempt ${job.attempt}: the lease was lost`);
+            this._lose(job);
           } else {
             job._leaseUntil = sentAt + this.lease;
             if (cancel) this._cancelJob(job, 'cancel');
@@ -711,7 +736,7 @@ class Worker {
       const job = q[i];
       if (job === undefined || job._state !== 0) continue;
       job._state = 2;
-      this._jobs.delete(job.id);
+      if (this._jobs.get(job.id) === job) this._jobs.delete(job.id);
       if (!job._lost) this._reply(job, 'release', null);
     }
     this._queue = [];
@@ -728,7 +753,7 @@ class Worker {
         for (const job of this._jobs.values()) {
           if (job._state !== 1) continue;
           job._state = 2;
-          this._jobs.delete(job.id);
+          if (this._jobs.get(job.id) === job) this._jobs.delete(job.id);
           this._cancelJob(job, 'stop');
           if (!job._lost) this._reply(job, 'fail', `the worker stopped before the handler finished (stopTimeout ${this.stopTimeout} ms)`);
         }
