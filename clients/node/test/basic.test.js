@@ -47,8 +47,8 @@ test('a handler that returns completes its job; its log lines and progress are w
   } finally {
     await worker.stop();
   }
-  assert.equal(await h.one("SELECT count(*)::int FROM pg_stat_activity WHERE application_name LIKE 'vq-job worker%'"), 0,
-    'connections closed after stop');
+  await h.waitFor(async () => (await h.one(`SELECT count(*)::int FROM pg_stat_activity
+      WHERE application_name LIKE 'vq-job worker%' AND datname = current_database()`)) === 0, 'the connections closed after stop');
 });
 
 test('a plain (not async) handler completes too; many jobs of two handlers in one worker', async () => {

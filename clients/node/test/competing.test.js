@@ -88,7 +88,6 @@ test(`${WORKERS} competing worker processes, one killed mid-drain: every job com
     }
     t.diagnostic(`runs when killed: ${atKill}; jobs whose handler ran twice (duplicates): ${duplicates}; ` +
       `jobs with an attempt abandoned (the killed worker's leases): ${abandonedJobs}`);
-    console.log(`# competing workers: duplicates=${duplicates} abandoned=${abandonedJobs} (of ${JOBS} jobs; ${atKill} runs when killed)`);
     assert.ok(abandonedJobs >= duplicates);
     assert.ok(abandonedJobs >= 1, 'the killed worker held jobs');
     assert.equal(all.length, JOBS + duplicates, 'runs = jobs + duplicates');
