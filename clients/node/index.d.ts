@@ -194,6 +194,8 @@ export class Worker {
   /** The main connection goes through a pooler (known after start()). */
   readonly pooled: boolean | null;
   readonly stats: WorkerStats;
+  /** Resolves once the worker has stopped (after stop(), whoever called it). */
+  readonly stopped: Promise<void>;
   /** Connect, check the handlers, LISTEN; resolves once listening (or polling). */
   start(): Promise<void>;
   /** Stop taking, release the jobs not started, let running handlers finish (up to stopTimeout), reply, close. */

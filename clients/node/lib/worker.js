@@ -125,6 +125,10 @@ class Worker {
     this._stopping = false;
     this._stopped = false;
     this._stopPromise = null;
+    let stoppedResolve;
+    // Resolves once the worker has stopped (whoever called stop()).
+    this.stopped = new Promise((resolve) => { stoppedResolve = resolve; });
+    this._stoppedResolve = stoppedResolve;
     this.listening = false;        // a LISTEN is in place: wake-ups come by notification
     this.pooled = null;            // the main connection goes through a pooler (known after start)
     this._channels = [];
@@ -720,7 +724,10 @@ class Worker {
   // Stop taking, give back the jobs not started, let the running ones finish (up to stopTimeout),
   // reply, close the connections.
   stop() {
-    if (this._stopPromise === null) this._stopPromise = this._stop();
+    if (this._stopPromise === null) {
+      this._stopPromise = this._stop();
+      this._stopPromise.then(this._stoppedResolve, this._stoppedResolve);
+    }
     return this._stopPromise;
   }
 
