@@ -12,18 +12,10 @@ const { Job } = require('./job');
 const lit = require('./literal');
 
 const TAKE_SQL = 'SELECT execution_id, attempt, handler, job_id, payload FROM vq_take_jobs($1::text[], $2::integer, $3::interval)';
-// Workaround (vq_job 0.2.0 development): the statements vq_reply_jobs, vq_extend_leases and
-// vq_progress_jobs run inside the server match (execution_id, attempt) pairs with
-// "IN (SELECT unnest($1), unnest($2))", planned once per session as a nested loop over the
-// unnested arrays: quadratic in the batch (3,000 replies: 4.5 million comparisons, 1.6 s). With
-// enable_nestloop off for the call (transaction-local, so also right behind a transaction
-// pooler) the server plans a hash join: linear. The lateral reference makes set_config run first.
-const nestloopOff = (columns, call) => `SELECT ${columns} FROM` + '  (SELECT pg_catalog.set_config(\'enable_nestloop\', \'off\', true) AS g OFFSET 0) s,' +
-  ` LATERAL ${call.replace('$1::uuid[]', 'CASE WHEN s.g IS NOT NULL THEN $1::uuid[] END')} r`;
-const REPLY_SQL = nestloopOff('r.execution_id, r.attempt, r.ignored', 'vq_reply_jobs($1::uuid[], $2::integer[], $3::text[], $4::text[], $5::timestamptz[])');
-const EXTEND_SQL = nestloopOff('r.execution_id, r.cancel_requested', 'vq_extend_leases($1::uuid[], $2::integer[], $3::interval)');
+const REPLY_SQL = 'SELECT execution_id, attempt, ignored FROM vq_reply_jobs($1::uuid[], $2::integer[], $3::text[], $4::text[], $5::timestamptz[])';
+const EXTEND_SQL = 'SELECT execution_id, cancel_requested FROM vq_extend_leases($1::uuid[], $2::integer[], $3::interval)';
 const LOG_SQL = 'SELECT vq_log_jobs($1::uuid[], $2::integer[], $3::text[], $4::text[], $5::jsonb[])';
-const PROGRESS_SQL = nestloopOff('r', 'vq_progress_jobs($1::uuid[], $2::integer[], $3::bigint[], $4::bigint[], $5::bigint[])');
+const PROGRESS_SQL = 'SELECT vq_progress_jobs($1::uuid[], $2::integer[], $3::bigint[], $4::bigint[], $5::bigint[])';
 const HANDLERS_SQL = "SELECT name, kind, address FROM vq.handler_settings WHERE name = ANY($1::text[])";
 
 const MAX_BATCH = 10000;        // most jobs one call of the protocol handles
