@@ -120,3 +120,31 @@ test('start() fails for a handler that is not an external one', async () => {
   assert.throws(() => new Worker({ handlers: { x: 1 } }), /must be a function/);
   assert.throws(() => new Worker({ handlers: { x() {} }, lease: 10 }), /lease/);
 });
+
+test('a worker whose connections are terminated reconnects, LISTENs again and goes on', async () => {
+  const { handler } = await h.externalHandler('basic.reconnect');
+  const errors = [];
+  const ran = [];
+  const worker = new Worker({
+    applicationName: 'vq-job reconnect test', pollInterval: 60000,
+    onError: (err) => errors.push(err.message),
+    handlers: { [handler]: async (payload) => { ran.push(payload.n); } },
+  });
+  await worker.start();
+  try {
+    const first = await enqueue(h.admin, handler, { n: 1 });
+    await h.waitState(first, 'COMPLETED');
+    const killed = await h.one(`SELECT count(pg_terminate_backend(pid))::int FROM pg_stat_activity
+                                 WHERE application_name = 'vq-job reconnect test' AND datname = current_database()`);
+    assert.equal(killed, 2, 'the take and the reply connections');
+    await h.waitFor(() => /the take connection was lost/.test(errors.join('\n')) &&
+      /the reply connection was lost/.test(errors.join('\n')), 'the losses reported');
+    // back: LISTEN again (a notification wakes it, the poll is a minute away), take, reply
+    await h.waitFor(() => worker.listening, 'listening again');
+    const second = await enqueue(h.admin, handler, { n: 2 });
+    await h.waitState(second, 'COMPLETED', 10000);
+    assert.deepEqual(ran, [1, 2]);
+  } finally {
+    await worker.stop();
+  }
+});
