@@ -40,7 +40,7 @@ export interface EnqueueOptions {
   maxAttempts?: number;
   /** Per-call metadata (jsonb), merged with the durable context bound by vq_context_set. */
   metadata?: Record<string, unknown>;
-  /** Refuse a job with the same handler and payload enqueued this long ago or less (ms or interval text). */
+  /** With jobId: the key also covers finished jobs for this long (ms or interval text). */
   uniqueFor?: number | string;
 }
 

@@ -24,7 +24,6 @@ async function main() {
       END IF; END $$`);
   for (let round = 1; round <= ROUNDS; round++) {
     await admin.query(`SELECT count(*) FROM unnest(vq_enqueue_many('bench.noop', array_fill('{"n": 1}'::jsonb, ARRAY[${JOBS}])))`);
-    let done = 0;
     let first = 0;
     let resolve;
     const finished = new Promise((r) => { resolve = r; });
@@ -34,16 +33,18 @@ async function main() {
     });
     await worker.start();
     const t0 = performance.now();
+    const cpu0 = process.cpuUsage();
     // finished when the server has every reply
     const poll = setInterval(() => { if (worker.stats.completed >= JOBS) { clearInterval(poll); resolve(); } }, 1);
     await finished;
     const t1 = performance.now();
+    const cpu = process.cpuUsage(cpu0);
     await worker.stop();
     const left = (await admin.query("SELECT count(*)::int AS n FROM vq.job_active WHERE handler = 'bench.noop'")).rows[0].n;
     const s = worker.stats;
     console.log(`round ${round}: ${JOBS} jobs in ${((t1 - t0) / 1000).toFixed(3)} s = ${Math.round(JOBS / ((t1 - t0) / 1000))} jobs/s` +
-      ` (takes ${s.takes}, reply calls ${s.replyCalls}, left ${left}, concurrency ${CONCURRENCY}, batch ${BATCH})`);
-    void done; void first;
+      ` (takes ${s.takes}, reply calls ${s.replyCalls}, left ${left}, concurrency ${CONCURRENCY}, batch ${BATCH};` +
+      ` node CPU ${((cpu.user + cpu.system) / 1000 / (t1 - t0) * 100).toFixed(0)}% = ${((cpu.user + cpu.system) / JOBS).toFixed(1)} us/job)`);
   }
   await admin.end();
 }

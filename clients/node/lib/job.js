@@ -11,8 +11,13 @@ const REASONS = {
   stop: 'the worker is stopping',
 };
 
+// Job._flags
+const RUNNING = 1;      // its handler runs
+const LOST = 2;         // the worker no longer holds it
+const NO_EXTEND = 4;    // its lease is not extended any more
+
 class Job {
-  constructor(worker, id, attempt, handler, jobId, payload, leaseUntil) {
+  constructor(worker, id, attempt, handler, jobId, payload, lease) {
     this.id = id;                 // execution_id
     this.attempt = attempt;       // 0 for the first attempt
     this.handler = handler;
@@ -21,14 +26,11 @@ class Job {
     this.cancelled = false;
     this.cancelReason = null;     // 'cancel' | 'lost' | 'timeout' | 'stop'
     this._worker = worker;
-    this._leaseUntil = leaseUntil; // epoch ms (local clock), conservative
-    this._controller = null;
-    this._state = 0;              // 0 taken, 1 running, 2 finished (replied or dropped)
+    this._lease = lease;          // { until: epoch ms (local clock, conservative) }, shared by a take's jobs
+    this._state = 0;              // 0 taken, 1 started, 2 finished (replied or dropped)
+    this._flags = 0;
     this._startedAt = 0;
-    this._running = false;
-    this._fn = null;
-    this._lost = false;
-    this._noExtend = false;
+    this._controller = null;
     this._progress = null;
   }
 
@@ -43,7 +45,7 @@ class Job {
 
   // True when the worker no longer holds the job (its lease expired): its reply is not sent.
   get lost() {
-    return this._lost;
+    return (this._flags & LOST) !== 0;
   }
 
   // log([level,] message[, fields]): a line of the job's log (vq.job_log), written in batches.
@@ -107,4 +109,4 @@ function reasonError(reason) {
   return new JobCancelledError(reason);
 }
 
-module.exports = { Job, JobCancelledError, LEVELS };
+module.exports = { Job, JobCancelledError, LEVELS, RUNNING, LOST, NO_EXTEND };

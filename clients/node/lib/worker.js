@@ -8,10 +8,12 @@
 
 const pg = require('pg');
 const { Conn } = require('./conn');
-const { Job } = require('./job');
+const { Job, RUNNING, LOST, NO_EXTEND } = require('./job');
 const lit = require('./literal');
 
-const TAKE_SQL = 'SELECT execution_id, attempt, handler, job_id, payload FROM vq_take_jobs($1::text[], $2::integer, $3::interval)';
+// (one handler: its name is not read back for each job)
+const TAKE_SQL = 'SELECT execution_id, attempt, job_id, payload, handler FROM vq_take_jobs($1::text[], $2::integer, $3::interval)';
+const TAKE_ONE_SQL = 'SELECT execution_id, attempt, job_id, payload FROM vq_take_jobs($1::text[], $2::integer, $3::interval)';
 const REPLY_SQL = 'SELECT execution_id, attempt, ignored FROM vq_reply_jobs($1::uuid[], $2::integer[], $3::text[], $4::text[], $5::timestamptz[])';
 const EXTEND_SQL = 'SELECT execution_id, cancel_requested FROM vq_extend_leases($1::uuid[], $2::integer[], $3::interval)';
 const LOG_SQL = 'SELECT vq_log_jobs($1::uuid[], $2::integer[], $3::text[], $4::text[], $5::jsonb[])';
@@ -125,6 +127,8 @@ class Worker {
     this.pooled = null;            // the main connection goes through a pooler (known after start)
     this._channels = [];
     this._handlerArray = lit.quotedArray(this._names);
+    this._takeSql = this._names.length === 1 ? TAKE_ONE_SQL : TAKE_SQL;
+    this._onlyHandler = this._names.length === 1 ? this._names[0] : null;
     this._leaseInterval = lit.interval(this.lease);
 
     this._jobs = new Map();        // taken, handler not finished: id -> Job
@@ -323,7 +327,7 @@ class Worker {
     const sentAt = Date.now();
     this._stats.takes++;
     this._takePromise = this._takeConn.query({
-      text: TAKE_SQL, values: [this._handlerArray, want, this._leaseInterval], rowMode: 'array', types: TYPES,
+      text: this._takeSql, values: [this._handlerArray, want, this._leaseInterval], rowMode: 'array', types: TYPES,
     }).then((res) => this._taken(res.rows, want, sentAt), (err) => this._takeFailed(err));
   }
 
@@ -333,21 +337,24 @@ class Worker {
     this._takeFailures = 0;
     this._lastTaken = rows.length;
     this._stats.taken += rows.length;
-    const leaseUntil = sentAt + this.lease;
+    const lease = { until: sentAt + this.lease };
+    const only = this._onlyHandler;
     if (this._stopping) {
-      for (const r of rows) this._reply(new Job(this, r[0], r[1], r[2], r[3], r[4], leaseUntil), 'release', null);
+      for (const r of rows) this._reply(new Job(this, r[0], r[1], only || r[4], r[2], r[3], lease), 'release', null);
       this._scheduleFlush();
       return;
     }
-    const handlers = this._handlers;
+    const jobs = this._jobs;
+    const queue = this._queue;
     for (let i = 0; i < rows.length; i++) {
       const r = rows[i];
-      const job = new Job(this, r[0], r[1], r[2], r[3], r[4], leaseUntil);
-      job._fn = handlers[r[2]];
-      const older = this._jobs.get(job.id);
-      if (older !== undefined) this._lose(older);   // (a later attempt: that one's lease expired)
-      this._jobs.set(job.id, job);
-      this._queue.push(job);
+      const job = new Job(this, r[0], r[1], only || r[4], r[2], r[3], lease);
+      if (r[1] > 0) {
+        const older = jobs.get(job.id);
+        if (older !== undefined) this._lose(older);   // (a later attempt: that one's lease expired)
+      }
+      jobs.set(job.id, job);
+      queue.push(job);
     }
     if (rows.length < want && !this._notified) {
       this._idle = true;
@@ -392,7 +399,7 @@ class Worker {
         if (job.cancelled) {
           if (this._jobs.get(job.id) === job) this._jobs.delete(job.id);
           job._state = 2;
-          if (job._lost) this._stats.lost++;
+          if ((job._flags & LOST) !== 0) this._stats.lost++;
           else this._reply(job, 'fail', 'cancelled before it started');
           continue;
         }
@@ -413,11 +420,11 @@ class Worker {
   _run(job) {
     this._active++;
     job._state = 1;
-    job._running = true;
+    job._flags |= RUNNING;
     if (this.timeout > 0) job._startedAt = Date.now();
     let result;
     try {
-      result = job._fn(job.payload, job);
+      result = this._handlers[job.handler](job.payload, job);
     } catch (err) {
       this._finish(job, true, err);
       return;
@@ -430,8 +437,8 @@ class Worker {
   }
 
   _finish(job, failed, err) {
-    if (job._running) {
-      job._running = false;
+    if ((job._flags & RUNNING) !== 0) {
+      job._flags &= ~RUNNING;
       this._active--;
     }
     if (job._state === 2) {                       // already replied for (a forced stop)
@@ -442,7 +449,7 @@ class Worker {
     }
     job._state = 2;
     if (this._jobs.get(job.id) === job) this._jobs.delete(job.id);
-    if (job._lost) {
+    if ((job._flags & LOST) !== 0) {
       this._stats.lost++;
       this.logger.debug(`job ${job.id} attempt ${job.attempt}: the lease was lost, its result is not sent`);
     } else if (failed) {
@@ -471,9 +478,8 @@ class Worker {
 
   // The worker no longer holds the job: ask it to stop; its result will not be sent.
   _lose(job) {
-    if (job._lost) return;
-    job._lost = true;
-    job._noExtend = true;
+    if ((job._flags & LOST) !== 0) return;
+    job._flags |= LOST | NO_EXTEND;
     if (this._jobs.get(job.id) === job) this._jobs.delete(job.id);
     if (job._state === 0) {                       // (not started: it never will)
       job._state = 2;
@@ -668,19 +674,19 @@ class Worker {
     const half = this.lease / 2;
     let extend = null;
     for (const job of this._jobs.values()) {
-      if (this.timeout > 0 && job._state === 1 && !job._noExtend && now - job._startedAt >= this.timeout) {
+      if (this.timeout > 0 && job._state === 1 && (job._flags & NO_EXTEND) === 0 && now - job._startedAt >= this.timeout) {
         // Too long: ask it to stop and let the lease run out (the server abandons the attempt).
-        job._noExtend = true;
+        job._flags |= NO_EXTEND;
         this._cancelJob(job, 'timeout');
       }
-      if (!job._noExtend && !job._lost && job._leaseUntil - now < half) (extend || (extend = [])).push(job);
+      if ((job._flags & NO_EXTEND) === 0 && job._lease.until - now < half) (extend || (extend = [])).push(job);
     }
     if (extend !== null && !this._extending) this._extendPromise = this._extend(extend);
   }
 
   async _extend(jobs) {
     this._extending = true;
-    const sentAt = Date.now();
+    const lease = { until: Date.now() + this.lease };
     try {
       for (let i = 0; i < jobs.length; i += MAX_BATCH) {
         const part = jobs.slice(i, i + MAX_BATCH);
@@ -698,7 +704,7 @@ class Worker {
           if (cancel === undefined) {
             this._lose(job);
           } else {
-            job._leaseUntil = sentAt + this.lease;
+            job._lease = lease;
             if (cancel) this._cancelJob(job, 'cancel');
           }
         }
@@ -736,7 +742,7 @@ class Worker {
       if (job === undefined || job._state !== 0) continue;
       job._state = 2;
       if (this._jobs.get(job.id) === job) this._jobs.delete(job.id);
-      if (!job._lost) this._reply(job, 'release', null);
+      if ((job._flags & LOST) === 0) this._reply(job, 'release', null);
     }
     this._queue = [];
     this._qHead = 0;
@@ -754,7 +760,7 @@ class Worker {
           job._state = 2;
           if (this._jobs.get(job.id) === job) this._jobs.delete(job.id);
           this._cancelJob(job, 'stop');
-          if (!job._lost) this._reply(job, 'fail', `the worker stopped before the handler finished (stopTimeout ${this.stopTimeout} ms)`);
+          if ((job._flags & LOST) === 0) this._reply(job, 'fail', `the worker stopped before the handler finished (stopTimeout ${this.stopTimeout} ms)`);
         }
       }
     }

@@ -31,9 +31,10 @@ test('a handler that returns completes its job; its log lines and progress are w
   try {
     // (the worker's first take found nothing: only the notification wakes it before 60 s)
     await h.waitFor(() => worker.stats.takes >= 1, 'the first take');
-    const id = await enqueue(h.admin, handler, { to: 'a@example.com' }, { jobId: 'basic-1' });
+    const jobId = h.uniq('basic');
+    const id = await enqueue(h.admin, handler, { to: 'a@example.com' }, { jobId });
     await h.waitState(id, 'COMPLETED', 10000);
-    assert.deepEqual(seen, [{ payload: { to: 'a@example.com' }, id, attempt: 0, jobId: 'basic-1', handler, cancelled: false }]);
+    assert.deepEqual(seen, [{ payload: { to: 'a@example.com' }, id, attempt: 0, jobId, handler, cancelled: false }]);
     assert.equal(await h.transitions(id), 'CLAIMED:0:ENQUEUED>RUNNING,COMPLETED:0:RUNNING>COMPLETED');
     const lines = await h.q('SELECT attempt_number, level, message, fields FROM vq.job_log WHERE execution_id = $1 ORDER BY id', [id]);
     assert.deepEqual(lines.map((l) => [l.attempt_number, l.level, l.message, l.fields]), [
@@ -82,23 +83,26 @@ test('enqueue runs in the caller\'s transaction, with its options', async () => 
   await client.connect();
   try {
     await client.query('BEGIN');
-    const rolledBack = await enqueue(client, handler, { n: 1 }, { jobId: 'enq-rolled-back' });
+    const rolledBack = await enqueue(client, handler, { n: 1 }, { jobId: h.uniq('enq-rolled-back') });
     await client.query('ROLLBACK');
     assert.equal(await h.one('SELECT count(*)::int FROM vq.job WHERE execution_id = $1', [rolledBack]), 0, 'rolled back: no job');
 
     await client.query('BEGIN');
     const runAt = new Date(Date.now() + 3600 * 1000);
+    const jobId = h.uniq('enq-committed');
     const id = await enqueue(client, handler, { n: 2 }, {
-      runAt, jobId: 'enq-committed', queue: other.queue, priority: 7, maxAttempts: 9, metadata: { tenant: 't1' },
+      runAt, jobId, queue: other.queue, priority: 7, maxAttempts: 9, metadata: { tenant: 't1' },
     });
     assert.equal(await h.one('SELECT count(*)::int FROM vq.job WHERE execution_id = $1', [id]), 0, 'not visible before COMMIT');
     await client.query('COMMIT');
     const [row] = await h.q(`SELECT state::text, job_id, queue, priority, max_attempts, payload, metadata,
                                     abs(extract(epoch FROM scheduled_at) * 1000 - $2) < 1 AS at_run_at
                                FROM vq.job WHERE execution_id = $1`, [id, runAt.getTime()]);
-    assert.deepEqual(row, { state: 'ENQUEUED', job_id: 'enq-committed', queue: other.queue, priority: 7, max_attempts: 9,
+    assert.deepEqual(row, { state: 'ENQUEUED', job_id: jobId, queue: other.queue, priority: 7, max_attempts: 9,
       payload: { n: 2 }, metadata: { tenant: 't1' }, at_run_at: true });
 
+    // the job_id is an idempotency key among unfinished jobs: the same key gives the same job
+    assert.equal(await enqueue(client, handler, { n: 3 }, { jobId }), id);
     // defaults: the handler's queue, no payload given
     const plain = await enqueue(client, handler);
     const [p] = await h.q('SELECT queue, payload FROM vq.job WHERE execution_id = $1', [plain]);
