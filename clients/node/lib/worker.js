@@ -746,13 +746,16 @@ class Worker {
     }
     this._queue = [];
     this._qHead = 0;
-    if (this._takePromise !== null) await this._takePromise;     // (its jobs are released)
-    if (this._active > 0) {
+    const deadline = Date.now() + this.stopTimeout;
+    const until = (promise) => {
       let timer = null;
-      const drained = new Promise((resolve) => { this._drained = resolve; });
-      const timedOut = new Promise((resolve) => { timer = setTimeout(resolve, this.stopTimeout); });
-      await Promise.race([drained, timedOut]);
-      clearTimeout(timer);
+      const timedOut = new Promise((resolve) => { timer = setTimeout(resolve, Math.max(0, deadline - Date.now())); });
+      return Promise.race([promise, timedOut]).finally(() => clearTimeout(timer));
+    };
+    if (this._takePromise !== null) await until(this._takePromise);     // (its jobs are released)
+    if (this._active > 0) {
+      await until(new Promise((resolve) => { this._drained = resolve; }));
+      this._drained = null;
       if (this._active > 0) {
         // Still running: ask them to stop, and fail the attempts (retried with the queue's backoff).
         for (const job of this._jobs.values()) {
