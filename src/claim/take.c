@@ -664,13 +664,21 @@ TakeFromOneLane(Take *t, TakeLane *lane)
 	return total;
 }
 
+/* Candidates of a merged take, growing as the looks append to them. */
+typedef struct Candidates
+{
+	Candidate  *items;
+	int			n;
+	int			size;
+} Candidates;
+
 /*
  * The first due jobs of a lane's level (level >= 0), or of a lane not
  * positioned from its start, that the caller may take, at most n, without
  * locking them: appended to cands.
  */
-static int
-PeekCandidates(Take *t, TakeLane *lane, int level, int n, Candidate *cands, int ncands)
+static void
+PeekCandidates(Take *t, TakeLane *lane, int level, int n, Candidates *cands)
 {
 	static SPIPlanPtr level_plan = NULL;
 	static SPIPlanPtr start_plan = NULL;
@@ -708,9 +716,15 @@ PeekCandidates(Take *t, TakeLane *lane, int level, int n, Candidate *cands, int 
 							  values, NULL, true, 0);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "vq_job: looking at due jobs failed");
+	if (cands->n + (int) SPI_processed > cands->size)
+	{
+		cands->size = Max(cands->size * 2, cands->n + (int) SPI_processed);
+		cands->items = cands->items == NULL ? palloc(sizeof(Candidate) * cands->size)
+			: repalloc(cands->items, sizeof(Candidate) * cands->size);
+	}
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
-		Candidate  *c = &cands[ncands++];
+		Candidate  *c = &cands->items[cands->n++];
 		bool		isnull;
 
 		c->lane = lane;
@@ -720,7 +734,6 @@ PeekCandidates(Take *t, TakeLane *lane, int level, int n, Candidate *cands, int 
 		memcpy(&c->key.execution_id, DatumGetUUIDP(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3, &isnull)),
 			   sizeof(pg_uuid_t));
 	}
-	return ncands;
 }
 
 /* Claim order: priority DESC, then scheduled_at, then execution_id. */
@@ -747,8 +760,7 @@ ByClaimOrder(const void *a, const void *b)
 static int
 TakeMerged(Take *t, List *lanes)
 {
-	Candidate  *cands = palloc(sizeof(Candidate) * t->left * (VQ_MAX_CLAIM_LEVELS + 1) * list_length(lanes));
-	int			ncands = 0;
+	Candidates	cands = {NULL, 0, 0};
 	int			total = 0;
 	ListCell   *lc;
 
@@ -758,22 +770,23 @@ TakeMerged(Take *t, List *lanes)
 		int			n = MayTake(t, lane);
 
 		if (n > 0 && !lane->positioned)
-			ncands = PeekCandidates(t, lane, -1, n, cands, ncands);
+			PeekCandidates(t, lane, -1, n, &cands);
 		for (int i = 0; n > 0 && lane->positioned && i < lane->nscans; i++)
-			ncands = PeekCandidates(t, lane, i, n, cands, ncands);
+			PeekCandidates(t, lane, i, n, &cands);
 	}
-	qsort(cands, ncands, sizeof(Candidate), ByClaimOrder);
-	for (int i = 0; i < ncands && t->left > 0; i++)
+	if (cands.n > 0)
+		qsort(cands.items, cands.n, sizeof(Candidate), ByClaimOrder);
+	for (int i = 0; i < cands.n && t->left > 0; i++)
 	{
-		TakeLane   *lane = cands[i].lane;
+		TakeLane   *lane = cands.items[i].lane;
 
 		if (MayTake(t, lane) <= 0)
 			continue;
 		Took(t, lane, 1);		/* (planned: given back below, before the take uses it) */
-		if (cands[i].level < 0)
+		if (cands.items[i].level < 0)
 			lane->start_quota++;
 		else
-			lane->quota[cands[i].level]++;
+			lane->quota[cands.items[i].level]++;
 	}
 	foreach(lc, lanes)
 	{
