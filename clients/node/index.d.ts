@@ -129,6 +129,8 @@ export interface WorkerOptions {
   prefetch?: number;
   /** Most jobs one take asks for (default min(concurrency + prefetch, 1000); at most 10000). */
   batchSize?: number;
+  /** Take-and-reply connection pairs sharing `concurrency` (default 2 when concurrency >= 200, else 1; at most 16). */
+  pipelines?: number;
   /** Lease of a taken job in ms (default 60000; 1000 .. 86400000); extended at half while its handler runs. */
   lease?: number;
   /** A handler running longer (ms) is asked to stop and its lease is no longer extended (default 0: no limit). */
@@ -185,6 +187,7 @@ export class Worker {
   readonly concurrency: number;
   readonly prefetch: number;
   readonly batchSize: number;
+  readonly pipelines: number;
   readonly lease: number;
   readonly timeout: number;
   readonly stopTimeout: number;

@@ -1,10 +1,11 @@
 'use strict';
 // Worker: runs the jobs of external handlers with vq_job's worker protocol.
 //
-// Two connections: one takes jobs (vq_take_jobs, in batches of up to the free capacity) and, when
-// it is a direct connection, LISTENs for "due <handler>" and "cancel <id>"; the other replies
-// (vq_reply_jobs, one call for every job finished since the last one), writes logs and progress
-// and extends leases. Takes and replies overlap; a take starts as soon as capacity frees.
+// A worker runs one or more pipelines of two connections: one takes jobs (vq_take_jobs, in
+// batches of up to the free capacity) and, for the first pipeline when it is a direct connection,
+// LISTENs for "due <handler>" and "cancel <id>" for all; the other replies (vq_reply_jobs, one
+// call for every job finished since the last one), writes logs and progress and extends leases.
+// Takes and replies overlap; a take starts as soon as capacity frees.
 
 const pg = require('pg');
 const { Conn } = require('./conn');
@@ -62,8 +63,10 @@ function transient(err) {
     code === '53300' || code === '40001' || code === '40P01';
 }
 
-class Worker {
-  constructor(options) {
+// One pipeline: a take connection and a reply connection, with its share of the worker's
+// concurrency. A Worker runs one or more (option pipelines); the first one LISTENs for all.
+class Pipeline {
+  constructor(options, leader = null) {
     if (!options || typeof options !== 'object') throw new TypeError('vq-job: new Worker(options) needs options');
     const handlers = options.handlers;
     if (!handlers || typeof handlers !== 'object') throw new TypeError('vq-job: options.handlers must map handler names to functions');
@@ -84,7 +87,9 @@ class Worker {
     this.stopTimeout = intOption(options, 'stopTimeout', 30000, 0, Number.MAX_SAFE_INTEGER);
     this.flushInterval = intOption(options, 'flushInterval', 1000, 1, 3600000);
     this._pollOption = intOption(options, 'pollInterval', null, 10, 3600000);
-    this._listenOption = options.listen === undefined ? true : !!options.listen;
+    this._leader = leader;         // the first pipeline (null: this one), which LISTENs for all
+    this._group = [this];          // every pipeline of the worker (set by the Worker)
+    this._listenOption = leader === null && (options.listen === undefined ? true : !!options.listen);
     this.logger = { ...defaultLogger, ...(options.logger || {}) };
     this._onError = typeof options.onError === 'function' ? options.onError
       : (err) => this.logger.error(err && err.message ? err.message : err);
@@ -104,7 +109,7 @@ class Worker {
       this._open = async () => plainClient(base);
     }
     this._listenConfig = null;
-    if (options.listenConnectionString || options.listenConfig) {
+    if (leader === null && (options.listenConnectionString || options.listenConfig)) {
       const base = options.listenConfig ? { ...options.listenConfig } : { connectionString: options.listenConnectionString };
       if (base.application_name === undefined) base.application_name = `${appName} (listen)`;
       this._listenConfig = base;
@@ -168,13 +173,18 @@ class Worker {
     this._kickFn = () => { this._takeScheduled = false; this._take(); };
     this._flushFn = () => { this._flushScheduled = false; if (!this._flushing && this._pending()) this._flushPromise = this._flush(); };
     this._pollFn = () => { this._pollTimer = null; this._wake(); };
-    this._notifyFn = (msg) => this._onNotification(msg);
+    this._notifyFn = (msg) => { for (const p of this._group) p._onNotification(msg); };
   }
 
   // How often a worker takes without a wake-up.
   get pollInterval() {
     if (this._pollOption !== null) return this._pollOption;
-    return this.listening ? 2000 : 500;
+    return (this._leader || this).listening ? 2000 : 500;
+  }
+
+  // Wake every pipeline (a notification may have been missed).
+  _wakeGroup() {
+    for (const p of this._group) p._wake();
   }
 
   // Counters since start (a copy). running: handlers running; held: jobs taken and not finished
@@ -227,7 +237,7 @@ class Worker {
     const pooled = client.processID !== me.pid;
     if (this.pooled !== pooled) {
       this.pooled = pooled;
-      if (pooled) {
+      if (pooled && this._leader === null) {
         this.logger.info(this._listenConfig !== null
           ? 'the main connection goes through a pooler: LISTEN on the listen connection'
           : `the main connection goes through a pooler: no LISTEN, taking every ${this.pollInterval} ms`);
@@ -237,7 +247,7 @@ class Worker {
       client.on('notification', this._notifyFn);
       await this._listen(client);
       this.listening = true;
-      if (this._started && !this._stopping) this._wake();   // (a reconnection: jobs may have come meanwhile)
+      if (this._started && !this._stopping) this._wakeGroup();   // (a reconnection: jobs may have come meanwhile)
     }
   }
 
@@ -255,7 +265,7 @@ class Worker {
       client.on('notification', this._notifyFn);
       await this._listen(client);
       this.listening = true;
-      if (this._started && !this._stopping) this._wake();
+      if (this._started && !this._stopping) this._wakeGroup();
     }, (conn, err) => this._connLost(conn, err));
     await this._listenConn.client();
   }
@@ -288,7 +298,7 @@ class Worker {
     const p = msg.payload;
     if (typeof p !== 'string') return;
     if (p.startsWith('due ')) {
-      if (this._handlers[p.slice(4)] !== undefined) this._wake();
+      if (this._handlers[p.slice(4)] !== undefined) this._wake();     // (each pipeline is told)
     } else if (p.startsWith('cancel ')) {
       const job = this._jobs.get(p.slice(7));
       if (job !== undefined) this._cancelJob(job, 'cancel');
@@ -801,6 +811,92 @@ class Worker {
   async _closeConnections() {
     const conns = [this._takeConn, this._replyConn, this._listenConn].filter((c) => c !== null);
     await Promise.all(conns.map((c) => c.close().catch((err) => this.logger.debug(`closing ${c.name}: ${err.message}`))));
+  }
+}
+
+// The pipelines a worker runs when none is said: two for a large concurrency (each take and
+// reply commit waits for its WAL flush: two pipelines keep the server busy meanwhile), else one.
+function defaultPipelines(concurrency) {
+  return concurrency >= 200 ? 2 : 1;
+}
+
+class Worker {
+  constructor(options) {
+    if (!options || typeof options !== 'object') throw new TypeError('vq-job: new Worker(options) needs options');
+    const concurrency = intOption(options, 'concurrency', 10, 1, 1000000);
+    const prefetch = intOption(options, 'prefetch', 0, 0, 1000000);
+    const n = Math.min(intOption(options, 'pipelines', defaultPipelines(concurrency), 1, 16), concurrency);
+    const batchSize = intOption(options, 'batchSize', Math.min(concurrency + prefetch, 1000), 1, MAX_BATCH);
+    this._parts = [];
+    for (let i = 0; i < n; i++) {
+      const c = Math.floor(concurrency / n) + (i < concurrency % n ? 1 : 0);
+      const f = Math.floor(prefetch / n) + (i < prefetch % n ? 1 : 0);
+      this._parts.push(new Pipeline({ ...options, concurrency: c, prefetch: f, batchSize: Math.min(batchSize, c + f) },
+        i === 0 ? null : this._parts[0]));
+    }
+    for (const p of this._parts) p._group = this._parts;
+    const first = this._parts[0];
+    this.concurrency = concurrency;
+    this.prefetch = prefetch;
+    this.batchSize = batchSize;
+    this.pipelines = n;
+    this.lease = first.lease;
+    this.timeout = first.timeout;
+    this.stopTimeout = first.stopTimeout;
+    this.logger = first.logger;
+    this._onError = first._onError;
+    this._stopPromise = null;
+    let stoppedResolve;
+    // Resolves once the worker has stopped (whoever called stop()).
+    this.stopped = new Promise((resolve) => { stoppedResolve = resolve; });
+    this._stoppedResolve = stoppedResolve;
+  }
+
+  get pollInterval() {
+    return this._parts[0].pollInterval;
+  }
+
+  // A LISTEN is in place: wake-ups come by notification.
+  get listening() {
+    return this._parts[0].listening;
+  }
+
+  // The main connections go through a pooler (known after start()).
+  get pooled() {
+    return this._parts[0].pooled;
+  }
+
+  // Counters since start (a copy). running: handlers running; held: jobs taken and not finished
+  // (running or waiting for a free handler).
+  get stats() {
+    const total = { takes: 0, taken: 0, completed: 0, failed: 0, released: 0, lost: 0, ignored: 0, replyCalls: 0, running: 0, held: 0 };
+    for (const p of this._parts) {
+      const s = p.stats;
+      for (const k of Object.keys(total)) total[k] += s[k];
+    }
+    return total;
+  }
+
+  // Connect, check the handlers, LISTEN; resolves once listening (or polling).
+  async start() {
+    // (the first pipeline checks the handlers and learns whether a pooler is in between)
+    await this._parts[0].start();
+    try {
+      await Promise.all(this._parts.slice(1).map((p) => p.start()));
+    } catch (err) {
+      await Promise.all(this._parts.map((p) => p.stop().catch(() => {})));
+      throw err;
+    }
+  }
+
+  // Stop taking, give back the jobs not started, let the running ones finish (up to stopTimeout),
+  // reply, close the connections.
+  stop() {
+    if (this._stopPromise === null) {
+      this._stopPromise = Promise.all(this._parts.map((p) => p.stop())).then(() => {});
+      this._stopPromise.then(this._stoppedResolve, this._stoppedResolve);
+    }
+    return this._stopPromise;
   }
 
   // Stop on these signals (the library installs nothing by itself). Returns a function that

@@ -152,3 +152,42 @@ test('a worker whose connections are terminated reconnects, LISTENs again and go
     await worker.stop();
   }
 });
+
+test('a worker of several pipelines: one LISTEN wakes them all, each takes, a cancellation finds its job', async () => {
+  const { handler } = await h.externalHandler('basic.pipes');
+  let blocked = null;
+  const worker = new Worker({
+    pipelines: 3, concurrency: 6, batchSize: 2, applicationName: 'vq-job pipelines test', pollInterval: 60000,
+    handlers: {
+      [handler]: async (payload, job) => {
+        if (payload.block) {
+          blocked = job.id;
+          await new Promise((resolve) => job.signal.addEventListener('abort', resolve));
+          throw job.signal.reason;
+        }
+        await h.sleep(5);
+      },
+    },
+  });
+  assert.equal(worker.pipelines, 3);
+  assert.equal(new Worker({ concurrency: 500, handlers: { x() {} } }).pipelines, 2, 'two by default for a large concurrency');
+  assert.equal(new Worker({ handlers: { x() {} } }).pipelines, 1);
+  await worker.start();
+  try {
+    assert.equal(worker.listening, true);
+    assert.equal(await h.one(`SELECT count(*)::int FROM pg_stat_activity WHERE application_name = 'vq-job pipelines test'
+                                AND datname = current_database()`), 6, 'a take and a reply connection per pipeline');
+    await h.waitFor(() => worker.stats.takes >= 3, 'the first takes');
+    const ids = await enqueueMany(h.admin, handler, Array.from({ length: 60 }, (_, i) => ({ i })));
+    await h.waitFor(async () => (await h.one("SELECT count(*)::int FROM vq.job WHERE execution_id = ANY($1) AND state = 'COMPLETED'",
+      [ids])) === 60, 'the 60 jobs COMPLETED (woken by notification: the poll is a minute away)');
+    assert.ok(worker._parts.filter((p) => p.stats.taken > 0).length >= 2, 'more than one pipeline took jobs');
+    const id = await enqueue(h.admin, handler, { block: true });
+    await h.waitFor(() => blocked === id, 'the blocking job to start');
+    await h.one('SELECT vq_cancel($1)', [id]);
+    await h.waitState(id, 'CANCELLED', 5000);
+    assert.equal(worker.stats.completed, 60);
+  } finally {
+    await worker.stop();
+  }
+});

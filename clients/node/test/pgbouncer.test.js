@@ -36,11 +36,13 @@ async function enqueueThroughBouncer(handler, payloads) {
   }
 }
 
-test('through PgBouncer, LISTEN on a direct connection: woken at once; complete, fail, log, cancel', { skip }, async () => {
+test('through PgBouncer, LISTEN on a direct connection: woken at once; complete, fail, log, lease, cancel', { skip }, async () => {
   const { handler } = await h.externalHandler('bouncer.listen', { backoffMs: 3600000 });
   const seen = [];
   const worker = new Worker({
     config: bouncer,
+    pipelines: 2,                    // (one listen connection wakes both)
+    concurrency: 4,
     listenConnectionString: direct(),
     pollInterval: 60000,             // only a notification can wake it in time
     lease: 2000,
