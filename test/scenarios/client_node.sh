@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # client_node.sh: the Node.js client library (clients/node, npm package vq-job) against this
 # server, with its own tests (clients/node/test/*.test.js, node --test), in a copy of the library:
-#   0. the copy gets its dependency with `npm ci` (clients/node/package-lock.json); the package
-#      `npm pack`ed from it installs into an empty application and loads (index.d.ts included);
+#   0. the copy gets its dependency with `npm ci` (clients/node/package-lock.json); it installs
+#      into an empty application (npm install --install-links), loads (index.d.ts included) and
+#      runs a job;
 #   1. a PgBouncer of its own in transaction pooling mode (pool_size 4) for the PgBouncer tests;
 #   2. each test file, one after the other (their names say what they check): basic (completion,
 #      logs, progress, wake-up by NOTIFY, enqueue in the caller's transaction), failure (FAILED
@@ -45,19 +46,20 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
 fi
 log "node $(node --version), npm $(npm --version)"
 
-# ---- 0. the library's copy and its dependency; the packed package installs -----------------
-log "0. npm ci in a copy of clients/node; npm pack; npm install of the package into an empty app"
+# ---- 0. the library's copy and its dependency; it installs into an application -----------
+log "0. npm ci in a copy of clients/node; npm install --install-links of it into an empty app"
 LIB="$TMPD/vq-job"
 mkdir "$LIB"
 (cd "$SRC" && tar --exclude=./node_modules --exclude='./*.tgz' -cf - .) | (cd "$LIB" && tar -xf -)
 (cd "$LIB" && npm ci --no-audit --no-fund --loglevel=error >"$TMPD/npm.log" 2>&1) ||
     fail "npm ci in the copy of clients/node failed: $(tail -n 20 "$TMPD/npm.log")"
-TGZ="$(cd "$LIB" && npm pack --silent --pack-destination "$TMPD" 2>>"$TMPD/npm.log" | tail -n 1)"
-[[ -f "$TMPD/$TGZ" ]] || fail "npm pack made no package: $(tail -n 20 "$TMPD/npm.log")"
 mkdir "$TMPD/app"
 echo '{"name": "app", "version": "1.0.0", "private": true}' >"$TMPD/app/package.json"
-(cd "$TMPD/app" && npm install --prefer-offline --no-audit --no-fund --loglevel=error "$TMPD/$TGZ" >>"$TMPD/npm.log" 2>&1) ||
-    fail "npm install of the packed vq-job failed: $(tail -n 20 "$TMPD/npm.log")"
+# (as clients/node/README.md says: a copy of the package, with its dependency)
+(cd "$TMPD/app" && npm install --install-links --prefer-offline --no-audit --no-fund --loglevel=error "$LIB" >>"$TMPD/npm.log" 2>&1) ||
+    fail "npm install --install-links of clients/node failed: $(tail -n 20 "$TMPD/npm.log")"
+[[ -d "$TMPD/app/node_modules/vq-job" && ! -L "$TMPD/app/node_modules/vq-job" && ! -e "$TMPD/app/node_modules/vq-job/node_modules" &&
+   ! -e "$TMPD/app/node_modules/vq-job/test" ]] || fail "the installed vq-job is not a copy of the package's files"
 got="$(cd "$TMPD/app" && node -e "
     const v = require('vq-job');
     const fs = require('fs');

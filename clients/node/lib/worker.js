@@ -7,7 +7,7 @@
 // call for every job finished since the last one), writes logs and progress and extends leases.
 // Takes and replies overlap; a take starts as soon as capacity frees.
 
-const pg = require('pg');
+const pg = require('./pg');
 const { Conn } = require('./conn');
 const { Job, RUNNING, LOST, NO_EXTEND } = require('./job');
 const lit = require('./literal');
