@@ -191,3 +191,20 @@ test('a worker of several pipelines: one LISTEN wakes them all, each takes, a ca
     await worker.stop();
   }
 });
+
+test('a worker on the application\'s pool holds two of its clients until stop()', async () => {
+  const { handler } = await h.externalHandler('basic.pool');
+  const { Pool } = require('pg');
+  const pool = new Pool({ max: 4 });
+  const worker = new Worker({ pool, handlers: { [handler]: async () => {} } });
+  await worker.start();
+  try {
+    assert.equal(pool.totalCount - pool.idleCount, 2, 'two clients checked out');
+    const id = await enqueue(pool, handler, {});
+    await h.waitState(id, 'COMPLETED');
+  } finally {
+    await worker.stop();
+  }
+  assert.equal(pool.totalCount - pool.idleCount, 0, 'given back');
+  await pool.end();
+});
