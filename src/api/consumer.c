@@ -80,6 +80,7 @@ Datum
 vq_complete(PG_FUNCTION_ARGS)
 {
 	VqRequireWritable("vq_complete");
+	VqRequireInstalledVersion("vq_complete");
 	PG_RETURN_BOOL(ReplyOne(fcinfo, NULL, 1));
 }
 
@@ -90,6 +91,7 @@ vq_fail(PG_FUNCTION_ARGS)
 	const char *error;
 
 	VqRequireWritable("vq_fail");
+	VqRequireInstalledVersion("vq_fail");
 	/* (cut as it will be stored, so that interceptors see what the job records) */
 	error = PG_ARGISNULL(1) ? "failed (no error text given)" : VqCapText(text_to_cstring(PG_GETARG_TEXT_PP(1)));
 	PG_RETURN_BOOL(ReplyOne(fcinfo, error, 2));
@@ -129,6 +131,7 @@ vq_pull(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_VQ_INVALID_HANDLER_NAME),
 				 errmsg("handler name must not be null")));
 	name = PG_GETARG_DATUM(0);
+	VqRequireInstalledVersion("vq_pull");
 	store = VqMaterializeResult(fcinfo, &desc);
 	(void) VqTakeInto(fcinfo, "vq_pull", construct_array(&name, 1, TEXTOID, -1, false, TYPALIGN_INT),
 					  PG_ARGISNULL(1) ? 1 : PG_GETARG_INT32(1), VqLeaseMs(fcinfo, 2, "vq_pull"), taken, take_desc);

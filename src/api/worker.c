@@ -18,6 +18,7 @@
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "executor/tuptable.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -35,6 +36,7 @@
 #include "util/spi_util.h"
 #include "cache/registry.h"
 #include "claim/take.h"
+#include "run/interceptors.h"
 #include "run/joblog.h"
 #include "run/roles.h"
 #include "api/reply.h"
@@ -125,6 +127,39 @@ TakeHandlers(VqRegistry *registry, ArrayType *names, int *n)
 	return handlers;
 }
 
+/*
+ * The interceptors' on_dispatch for each job a take put into store (a take is
+ * the dispatch of an external handler's job): queued for an executor, as a
+ * client's session runs no administrator's code (interceptors.c).
+ */
+static void
+InterceptTaken(Tuplestorestate *store, TupleDesc desc)
+{
+	TupleTableSlot *slot = MakeSingleTupleTableSlot(desc, &TTSOpsMinimalTuple);
+
+	tuplestore_rescan(store);
+	while (tuplestore_gettupleslot(store, true, false, slot))
+	{
+		VqJob	   *job = palloc0(sizeof(VqJob));
+
+		slot_getallattrs(slot);
+		memcpy(&job->execution_id, DatumGetUUIDP(slot->tts_values[0]), sizeof(pg_uuid_t));
+		job->attempt_number = DatumGetInt32(slot->tts_values[1]);
+		job->handler = TextDatumGetCString(slot->tts_values[2]);
+		job->job_id = TextDatumGetCString(slot->tts_values[3]);
+		job->metadata = DatumGetJsonbPCopy(slot->tts_values[5]);
+		job->queue = TextDatumGetCString(slot->tts_values[6]);
+		job->priority = DatumGetInt32(slot->tts_values[7]);
+		job->max_attempts = DatumGetInt32(slot->tts_values[8]);
+		job->scheduled_at = DatumGetTimestampTz(slot->tts_values[9]);
+		job->external = true;
+		job->running = true;
+		VqInterceptDispatch(job);
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	tuplestore_rescan(store);	/* (whoever reads the result reads it from its start) */
+}
+
 /* Take jobs into store (VQ_TAKE_COLUMNS); the common part of vq_take_jobs and vq_pull. */
 int
 VqTakeInto(FunctionCallInfo fcinfo, const char *function, ArrayType *handler_names, int32 max_jobs,
@@ -153,6 +188,8 @@ VqTakeInto(FunctionCallInfo fcinfo, const char *function, ArrayType *handler_nam
 	req.caller = GetUserId();
 	VqConnectAsOwner(registry->owner, &saved);
 	taken = VqTakeJobs(registry, &req, store, desc);
+	if (taken > 0 && registry->interceptors != NIL)
+		InterceptTaken(store, desc);
 	VqFinishAsOwner(&saved);
 	return taken;
 }
@@ -326,13 +363,14 @@ JobArrays(Datum *ids, Datum *attempts, int n, Datum *values)
 	values[1] = PointerGetDatum(construct_array(attempts, n, INT4OID, 4, true, TYPALIGN_INT));
 }
 
-/* The jobs a worker holds, of this call's ids and attempts: $1, $2; the caller's rights: $3, $4. */
+/*
+ * The jobs a worker holds, of this call's ids and attempts (u.e and u.a, from
+ * $1 and $2: a join planned for index scans, one probe of the primary key
+ * each); the caller's rights: $3, $4.
+ */
 #define HELD_JOBS \
-	" j.execution_id OPERATOR(pg_catalog.=) ANY ($1)" \
-	" AND (j.execution_id, j.attempt_number) IN (SELECT * FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)))" \
-	" AND j.state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state" \
-	" AND j.worker_pid IS NULL AND j.consumer_claimed_at IS NOT NULL" \
-	" AND ($3 OR" VQ_MAY_CONSUME("$4") ")"
+	" j.execution_id OPERATOR(pg_catalog.=) u.e AND j.attempt_number OPERATOR(pg_catalog.=) u.a" \
+	" AND" VQ_HELD("j") " AND ($3 OR" VQ_MAY_CONSUME("$4") ")"
 
 /* vq_extend_leases(execution_ids, attempts, lease DEFAULT NULL): the jobs still held */
 Datum
@@ -364,6 +402,7 @@ vq_extend_leases(PG_FUNCTION_ARGS)
 	/* (updated_at moves too: the rescue abandons a lease only if the row is as it read it) */
 	if (SPI_execute_plan(VqKeepGenericPlan(&extend_plan,
 										   "UPDATE vq.job_active j SET lease_until = $5, updated_at = $6"
+										   " FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS u(e, a)"
 										   " WHERE" HELD_JOBS
 										   " RETURNING j.execution_id, j.lease_until, j.cancel_requested",
 										   6, (Oid[]) {UUIDARRAYOID, INT4ARRAYOID, BOOLOID, OIDOID, TIMESTAMPTZOID,
@@ -497,9 +536,9 @@ vq_progress_jobs(PG_FUNCTION_ARGS)
 										   "UPDATE vq.job_active j SET progress_total = coalesce(u.t, j.progress_total),"
 										   " progress_succeeded = coalesce(u.s, j.progress_succeeded),"
 										   " progress_failed = coalesce(u.f, j.progress_failed)"
-										   " FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($5),"
-										   "  pg_catalog.unnest($6), pg_catalog.unnest($7)) AS u(e, t, s, f)"
-										   " WHERE u.e OPERATOR(pg_catalog.=) j.execution_id AND" HELD_JOBS,
+										   " FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($5),"
+										   "  pg_catalog.unnest($6), pg_catalog.unnest($7)) AS u(e, a, t, s, f)"
+										   " WHERE" HELD_JOBS,
 										   7, (Oid[]) {UUIDARRAYOID, INT4ARRAYOID, BOOLOID, OIDOID, INT8ARRAYOID,
 										   INT8ARRAYOID, INT8ARRAYOID}),
 						 values, nulls, false, 0) != SPI_OK_UPDATE)
