@@ -4,7 +4,6 @@ in transaction mode to the test database (test/scenarios/client_python.sh sets i
 from __future__ import annotations
 
 import os
-import time
 import unittest
 from typing import Any, List
 

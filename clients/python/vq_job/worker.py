@@ -21,7 +21,8 @@ Handler = Callable[[Any, Job], Any]
 RECONNECT_MIN = 0.5
 RECONNECT_MAX = 10.0
 REFILL_WAIT = 0.005      # with a backlog, wait this long for room for a good batch
-STALL = 0.002            # a job waited this long to start: wake more handler threads
+STALL = 0.002            # jobs wait and none started for this long: wake more handler threads
+BLOCKING = 0.0001        # a handler that waits (does not run) this long is a waiting one
 YIELD_EVERY = 0.0005     # a thread running handlers back to back lets others have the GIL this often
 
 
@@ -42,10 +43,12 @@ class Worker(WorkerCore):
                  concurrency: int = 10, **options: Any) -> None:
         super().__init__(conninfo, handlers, concurrency, **options)
         self._lock = threading.Lock()
-        # The handler threads (up to concurrency, started as needed): taken jobs wait in
-        # _to_start; a woken thread runs them one after the other while there are any. One thread
-        # is woken per take, so fast handlers run back to back, without a thread switch per job;
-        # once a job has waited STALL seconds to start (the threads awake are in long handlers),
+        # The handler threads (up to concurrency, started as needed). Taken jobs wait in
+        # _to_start; a woken thread runs them one after the other while there are any. Handlers
+        # that compute (most jobs wait less than BLOCKING seconds: wall time less CPU time) run
+        # back to back in one thread, without a thread switch per job: threads would only take
+        # turns holding the GIL. For handlers that wait (I/O), a take wakes a thread per job.
+        # And if jobs wait while every busy thread has been in its handler for STALL seconds,
         # the take loop wakes (or starts) a thread per waiting job.
         self._to_start: Deque[Job] = deque()
         self._cv = threading.Condition(self._lock)
@@ -54,6 +57,7 @@ class Worker(WorkerCore):
         self._threads_exit = False
         self._threads: List[threading.Thread] = []
         self._stall = STALL
+        self._waiting = 0.0              # share of the jobs whose handler waited, moving average
         self._flush_event = threading.Event()
         self._flusher_exit = False
         self._done = threading.Event()
@@ -268,7 +272,9 @@ class Worker(WorkerCore):
         with self._cv:
             self._inflight += len(jobs)
             self._to_start.extend(jobs)
-            if self._busy < self.concurrency:
+            if self._waiting >= 0.5:
+                self._wake_threads(len(self._to_start))
+            elif self._busy == 0:
                 self._wake_threads(1)
 
     def _wake_threads(self, n: int) -> None:
@@ -285,17 +291,17 @@ class Worker(WorkerCore):
             n -= 1
 
     def _unstall(self) -> float:
-        """If the next job to start has waited STALL seconds (the threads awake are in long
-        handlers), wake a thread for each job waiting. Returns when to look again."""
+        """If jobs wait while every busy thread has been in its handler for STALL seconds (they
+        are long handlers), wake a thread for each waiting job. Returns when to look again."""
         now = time.monotonic()
-        try:
-            since = self._to_start[0]._taken_at
-        except IndexError:
-            return now + self._stall
+        running = list(self._running)
+        if not running or len(running) < self._busy:
+            return now + self._stall        # (a thread is between jobs, or just woken: it takes the next)
+        since = max(j._started_at for j in running)
         if now - since < self._stall:
             return since + self._stall
         with self._cv:
-            if len(self._to_start) > self._idle:
+            if self._to_start:
                 self._wake_threads(len(self._to_start))
         return now + self._stall
 
@@ -349,6 +355,7 @@ class Worker(WorkerCore):
         cv = self._cv
         flush_event = self._flush_event
         monotonic = time.monotonic
+        thread_time = time.thread_time
         sleep = time.sleep
         last_yield = 0.0
         with cv:
@@ -374,6 +381,7 @@ class Worker(WorkerCore):
                 self._release(job)
             else:
                 job._started_at = start = monotonic()
+                cpu = thread_time()
                 running.add(job)
                 try:
                     handlers[job.handler](job.payload, job)
@@ -386,9 +394,11 @@ class Worker(WorkerCore):
                         job._done = True
                         replies.append((job, P.COMPLETE, None, None))
                 running.discard(job)
-                # (a thread that runs fast handlers back to back would keep the GIL for the switch
+                end = monotonic()
+                self._waiting += ((end - start - (thread_time() - cpu) > BLOCKING) - self._waiting) * 0.05
+                # (a thread that runs handlers back to back would keep the GIL for the switch
                 # interval, 5 ms, each time the take or reply thread needs it: let them have it)
-                if start - last_yield > YIELD_EVERY:
+                if end - last_yield > YIELD_EVERY:
                     sleep(0)
                     last_yield = monotonic()
             if not flush_event.is_set():
