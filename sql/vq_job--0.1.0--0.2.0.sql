@@ -108,3 +108,7 @@ SELECT j.execution_id, j.job_id, j.handler, j.queue, j.attempt_number, j.started
        NULL::integer, j.enqueued_by, j.lease_until
   FROM vq.job j
  WHERE j.state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state AND j.worker_pid IS NULL;
+
+-- Last: once this update commits, the launcher looks at this database again at once (its
+-- executors stopped when the library and the installed version differed).
+SELECT vq.launcher_wakeup();

@@ -43,6 +43,7 @@ static bool
 ReplyOne(FunctionCallInfo fcinfo, const char *error, int attempt_arg)
 {
 	VqRegistry *registry = VqRegistryGet();
+	Oid			caller = GetUserId();
 	VqSavedUser saved;
 	VqReply		reply;
 
@@ -57,7 +58,7 @@ ReplyOne(FunctionCallInfo fcinfo, const char *error, int attempt_arg)
 	reply.kind = error == NULL ? VQ_REPLY_COMPLETE : VQ_REPLY_FAIL;
 	reply.error = error;
 	VqConnectAsOwner(registry->owner, &saved);
-	VqApplyReplies(registry, GetUserId(), &reply, 1);
+	VqApplyReplies(registry, caller, &reply, 1);
 	if (reply.ignored != NULL && strcmp(reply.ignored, "no such job that you may reply to") == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_VQ_NO_SUCH_JOB),
@@ -79,6 +80,7 @@ Datum
 vq_complete(PG_FUNCTION_ARGS)
 {
 	VqRequireWritable("vq_complete");
+	VqRequireInstalledVersion("vq_complete");
 	PG_RETURN_BOOL(ReplyOne(fcinfo, NULL, 1));
 }
 
@@ -89,6 +91,7 @@ vq_fail(PG_FUNCTION_ARGS)
 	const char *error;
 
 	VqRequireWritable("vq_fail");
+	VqRequireInstalledVersion("vq_fail");
 	/* (cut as it will be stored, so that interceptors see what the job records) */
 	error = PG_ARGISNULL(1) ? "failed (no error text given)" : VqCapText(text_to_cstring(PG_GETARG_TEXT_PP(1)));
 	PG_RETURN_BOOL(ReplyOne(fcinfo, error, 2));
@@ -128,9 +131,10 @@ vq_pull(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_VQ_INVALID_HANDLER_NAME),
 				 errmsg("handler name must not be null")));
 	name = PG_GETARG_DATUM(0);
+	VqRequireInstalledVersion("vq_pull");
 	store = VqMaterializeResult(fcinfo, &desc);
 	(void) VqTakeInto(fcinfo, "vq_pull", construct_array(&name, 1, TEXTOID, -1, false, TYPALIGN_INT),
-					  PG_ARGISNULL(1) ? 1 : PG_GETARG_INT32(1), VqLeaseUntil(fcinfo, 2, "vq_pull"), taken, take_desc);
+					  PG_ARGISNULL(1) ? 1 : PG_GETARG_INT32(1), VqLeaseMs(fcinfo, 2, "vq_pull"), taken, take_desc);
 	while (tuplestore_gettupleslot(taken, true, false, slot))
 	{
 		Datum		row[8];

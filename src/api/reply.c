@@ -145,7 +145,8 @@ ReleaseJob(VqJob *job, TimestampTz now)
 	if (SPI_execute_plan(VqKeepPlan(&release_plan,
 									"WITH j AS ("
 									" UPDATE vq.job_active SET state = 'ENQUEUED', started_at = NULL,"
-									"  consumer_claimed_at = NULL, lease_until = NULL, updated_at = $2"
+									"  consumer_claimed_at = NULL, lease_until = NULL, updated_at = $2,"
+									"  progress_total = NULL, progress_succeeded = NULL, progress_failed = NULL"
 									" WHERE execution_id OPERATOR(pg_catalog.=) $1"
 									" AND state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state"
 									" AND attempt_number OPERATOR(pg_catalog.=) $3 RETURNING execution_id)"
@@ -243,18 +244,20 @@ CompleteMany(Oid caller, VqReply *replies, int n, TimestampTz now)
 	values[2] = BoolGetDatum(superuser_arg(caller));
 	values[3] = ObjectIdGetDatum(caller);
 	values[4] = TimestampTzGetDatum(now);
-	/* (the rows by "= ANY" on the primary key, planned once for index scans: see PersistManyCompleted) */
+	/*
+	 * The rows by a join of the arrays with the primary key, planned once for
+	 * index scans (spi_util.h): each pair costs one probe of job_active_pkey.
+	 */
 	index_scans = VqIndexScansBegin();
 	if (SPI_execute_plan(VqKeepGenericPlan(&complete_plan,
 										   "WITH moved AS ("
-										   " DELETE FROM vq.job_active j WHERE j.execution_id OPERATOR(pg_catalog.=) ANY ($1)"
-										   " AND j.state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state"
-										   " AND j.worker_pid IS NULL AND j.consumer_claimed_at IS NOT NULL"
+										   " DELETE FROM vq.job_active j"
+										   " USING ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS r(e, a)"
+										   " WHERE j.execution_id OPERATOR(pg_catalog.=) r.e"
+										   " AND j.attempt_number OPERATOR(pg_catalog.=) r.a AND" VQ_HELD("j")
 										   " AND NOT j.cancel_requested"
-										   " AND (j.execution_id, j.attempt_number) IN"
-										   "  (SELECT * FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)))"
 										   " AND ($3 OR" VQ_MAY_CONSUME("$4") ")"
-										   " RETURNING j.*),"
+										   " RETURNING" VQ_ENDING_COLUMNS("j") "),"
 										   " finished AS (INSERT INTO vq.job_finished SELECT"
 										   VQ_FINISHED_ROW("'COMPLETED'::vq.job_state", "$5", "started_at", "$5", "NULL",
 														   "progress_total", "progress_succeeded", "progress_failed")

@@ -51,6 +51,15 @@ extern bool VqGrantedConsumer(Oid caller, const char *handler);
  * consume, whatever the grants of an external handler once registered under
  * its name).
  */
+/*
+ * A job a worker holds now (j the table's alias): a lease is set exactly
+ * while a worker holds the job (RUNNING, no executor). Written without
+ * state = 'RUNNING' on purpose: that would let the planner walk the partial
+ * index job_running_idx (every job held, and every version a held snapshot
+ * keeps) instead of probing the primary key once per job named.
+ */
+#define VQ_HELD(j) " " j ".lease_until IS NOT NULL"
+
 #define VQ_MAY_CONSUME(n) \
 	" (pg_catalog.pg_has_role(" n ", j.enqueued_by, 'USAGE')" \
 	"  OR (j.handler_function IS NULL AND EXISTS (SELECT FROM vq.consumer_grant g" \

@@ -18,6 +18,7 @@
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "executor/tuptable.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -35,6 +36,7 @@
 #include "util/spi_util.h"
 #include "cache/registry.h"
 #include "claim/take.h"
+#include "run/interceptors.h"
 #include "run/joblog.h"
 #include "run/roles.h"
 #include "api/reply.h"
@@ -64,25 +66,23 @@ InvalidArgument(const char *fmt, const char *function)
 			 errmsg(fmt, function)));
 }
 
-/* The end of a lease that starts now (lease NULL: the default); its length is checked. */
-TimestampTz
-VqLeaseUntil(FunctionCallInfo fcinfo, int argno, const char *function)
+/* A lease's length in milliseconds: argument argno (absent or NULL: the default), checked. */
+int64
+VqLeaseMs(FunctionCallInfo fcinfo, int argno, const char *function)
 {
-	TimestampTz now = GetCurrentTimestamp();
-	TimestampTz until;
+	Interval   *lease;
 	int64		ms;
 
 	if (argno >= PG_NARGS() || PG_ARGISNULL(argno))
-		return TimestampTzPlusMilliseconds(now, vq_execution_timeout_ms > 0 ? vq_execution_timeout_ms
-										   : DEFAULT_LEASE_MS);
-	until = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(now),
-													PG_GETARG_DATUM(argno)));
-	ms = TIMESTAMP_NOT_FINITE(until) ? -1 : (until - now) / 1000;
+		return vq_execution_timeout_ms > 0 ? vq_execution_timeout_ms : DEFAULT_LEASE_MS;
+	lease = PG_GETARG_INTERVAL_P(argno);
+	/* (months as 30 days, as PostgreSQL's interval comparisons count them) */
+	ms = (lease->time + (lease->day + (int64) lease->month * DAYS_PER_MONTH) * USECS_PER_DAY) / 1000;
 	if (ms < MIN_LEASE_MS || ms > MAX_LEASE_MS)
 		ereport(ERROR,
 				(errcode(ERRCODE_VQ_INVALID_ARGUMENT),
 				 errmsg("%s: a lease must be between 1 second and 24 hours long", function)));
-	return until;
+	return ms;
 }
 
 /* The external handlers a take names, looked up and checked. */
@@ -127,10 +127,42 @@ TakeHandlers(VqRegistry *registry, ArrayType *names, int *n)
 	return handlers;
 }
 
+/*
+ * The interceptors' on_dispatch for each job a take put into store (a take is
+ * the dispatch of an external handler's job): queued for an executor, as a
+ * client's session runs no administrator's code (interceptors.c).
+ */
+static void
+InterceptTaken(Tuplestorestate *store, TupleDesc desc)
+{
+	TupleTableSlot *slot = MakeSingleTupleTableSlot(desc, &TTSOpsMinimalTuple);
+
+	tuplestore_rescan(store);
+	while (tuplestore_gettupleslot(store, true, false, slot))
+	{
+		VqJob	   *job = palloc0(sizeof(VqJob));
+
+		slot_getallattrs(slot);
+		memcpy(&job->execution_id, DatumGetUUIDP(slot->tts_values[0]), sizeof(pg_uuid_t));
+		job->attempt_number = DatumGetInt32(slot->tts_values[1]);
+		job->handler = TextDatumGetCString(slot->tts_values[2]);
+		job->job_id = TextDatumGetCString(slot->tts_values[3]);
+		job->metadata = DatumGetJsonbPCopy(slot->tts_values[5]);
+		job->queue = TextDatumGetCString(slot->tts_values[6]);
+		job->priority = DatumGetInt32(slot->tts_values[7]);
+		job->max_attempts = DatumGetInt32(slot->tts_values[8]);
+		job->scheduled_at = DatumGetTimestampTz(slot->tts_values[9]);
+		job->external = true;
+		job->running = true;
+		VqInterceptDispatch(job);
+	}
+	ExecDropSingleTupleTableSlot(slot);
+}
+
 /* Take jobs into store (VQ_TAKE_COLUMNS); the common part of vq_take_jobs and vq_pull. */
 int
 VqTakeInto(FunctionCallInfo fcinfo, const char *function, ArrayType *handler_names, int32 max_jobs,
-		   TimestampTz lease_until, Tuplestorestate *store, TupleDesc desc)
+		   int64 lease_ms, Tuplestorestate *store, TupleDesc desc)
 {
 	VqRegistry *registry;
 	VqTakeRequest req;
@@ -151,10 +183,12 @@ VqTakeInto(FunctionCallInfo fcinfo, const char *function, ArrayType *handler_nam
 	registry = VqRegistryGet();
 	req.handlers = TakeHandlers(registry, handler_names, &req.nhandlers);
 	req.max_jobs = max_jobs;
-	req.lease_until = lease_until;
+	req.lease_ms = lease_ms;
 	req.caller = GetUserId();
 	VqConnectAsOwner(registry->owner, &saved);
 	taken = VqTakeJobs(registry, &req, store, desc);
+	if (taken > 0 && registry->interceptors != NIL)
+		InterceptTaken(store, desc);
 	VqFinishAsOwner(&saved);
 	return taken;
 }
@@ -170,7 +204,7 @@ vq_take_jobs(PG_FUNCTION_ARGS)
 		InvalidArgument("%s: handlers and max_jobs must not be null", "vq_take_jobs");
 	store = VqMaterializeResult(fcinfo, &desc);
 	(void) VqTakeInto(fcinfo, "vq_take_jobs", PG_GETARG_ARRAYTYPE_P(0), PG_GETARG_INT32(1),
-					  VqLeaseUntil(fcinfo, 2, "vq_take_jobs"), store, desc);
+					  VqLeaseMs(fcinfo, 2, "vq_take_jobs"), store, desc);
 	return (Datum) 0;
 }
 
@@ -295,6 +329,7 @@ vq_reply_jobs(PG_FUNCTION_ARGS)
 	VqRegistry *registry;
 	VqSavedUser saved;
 	VqReply    *replies;
+	Oid			caller = GetUserId();
 	int			n;
 
 	VqRequireWritable("vq_reply_jobs");
@@ -302,7 +337,7 @@ vq_reply_jobs(PG_FUNCTION_ARGS)
 	store = VqMaterializeResult(fcinfo, &desc);
 	registry = VqRegistryGet();
 	VqConnectAsOwner(registry->owner, &saved);
-	VqApplyReplies(registry, GetUserId(), replies, n);
+	VqApplyReplies(registry, caller, replies, n);	/* (the caller: GetUserId() is the owner now) */
 	VqFinishAsOwner(&saved);
 	for (int i = 0; i < n; i++)
 	{
@@ -327,13 +362,14 @@ JobArrays(Datum *ids, Datum *attempts, int n, Datum *values)
 	values[1] = PointerGetDatum(construct_array(attempts, n, INT4OID, 4, true, TYPALIGN_INT));
 }
 
-/* The jobs a worker holds, of this call's ids and attempts: $1, $2; the caller's rights: $3, $4. */
+/*
+ * The jobs a worker holds, of this call's ids and attempts (u.e and u.a, from
+ * $1 and $2: a join planned for index scans, one probe of the primary key
+ * each); the caller's rights: $3, $4.
+ */
 #define HELD_JOBS \
-	" j.execution_id OPERATOR(pg_catalog.=) ANY ($1)" \
-	" AND (j.execution_id, j.attempt_number) IN (SELECT * FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)))" \
-	" AND j.state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state" \
-	" AND j.worker_pid IS NULL AND j.consumer_claimed_at IS NOT NULL" \
-	" AND ($3 OR" VQ_MAY_CONSUME("$4") ")"
+	" j.execution_id OPERATOR(pg_catalog.=) u.e AND j.attempt_number OPERATOR(pg_catalog.=) u.a" \
+	" AND" VQ_HELD("j") " AND ($3 OR" VQ_MAY_CONSUME("$4") ")"
 
 /* vq_extend_leases(execution_ids, attempts, lease DEFAULT NULL): the jobs still held */
 Datum
@@ -355,8 +391,9 @@ vq_extend_leases(PG_FUNCTION_ARGS)
 	JobArrays(ids, attempts, n, values);
 	values[2] = BoolGetDatum(superuser());
 	values[3] = ObjectIdGetDatum(GetUserId());
-	values[4] = TimestampTzGetDatum(VqLeaseUntil(fcinfo, 2, "vq_extend_leases"));
 	values[5] = TimestampTzGetDatum(GetCurrentTimestamp());
+	values[4] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(DatumGetTimestampTz(values[5]),
+																 VqLeaseMs(fcinfo, 2, "vq_extend_leases")));
 	store = VqMaterializeResult(fcinfo, &desc);
 	registry = VqRegistryGet();
 	VqConnectAsOwner(registry->owner, &saved);
@@ -364,6 +401,7 @@ vq_extend_leases(PG_FUNCTION_ARGS)
 	/* (updated_at moves too: the rescue abandons a lease only if the row is as it read it) */
 	if (SPI_execute_plan(VqKeepGenericPlan(&extend_plan,
 										   "UPDATE vq.job_active j SET lease_until = $5, updated_at = $6"
+										   " FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS u(e, a)"
 										   " WHERE" HELD_JOBS
 										   " RETURNING j.execution_id, j.lease_until, j.cancel_requested",
 										   6, (Oid[]) {UUIDARRAYOID, INT4ARRAYOID, BOOLOID, OIDOID, TIMESTAMPTZOID,
@@ -497,9 +535,9 @@ vq_progress_jobs(PG_FUNCTION_ARGS)
 										   "UPDATE vq.job_active j SET progress_total = coalesce(u.t, j.progress_total),"
 										   " progress_succeeded = coalesce(u.s, j.progress_succeeded),"
 										   " progress_failed = coalesce(u.f, j.progress_failed)"
-										   " FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($5),"
-										   "  pg_catalog.unnest($6), pg_catalog.unnest($7)) AS u(e, t, s, f)"
-										   " WHERE u.e OPERATOR(pg_catalog.=) j.execution_id AND" HELD_JOBS,
+										   " FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($5),"
+										   "  pg_catalog.unnest($6), pg_catalog.unnest($7)) AS u(e, a, t, s, f)"
+										   " WHERE" HELD_JOBS,
 										   7, (Oid[]) {UUIDARRAYOID, INT4ARRAYOID, BOOLOID, OIDOID, INT8ARRAYOID,
 										   INT8ARRAYOID, INT8ARRAYOID}),
 						 values, nulls, false, 0) != SPI_OK_UPDATE)

@@ -13,14 +13,14 @@
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
-/* The end of a lease that starts now: argument argno (NULL: the default), checked. */
-extern TimestampTz VqLeaseUntil(FunctionCallInfo fcinfo, int argno, const char *function);
+/* A lease's length in milliseconds: argument argno (absent or NULL: the default), checked. */
+extern int64 VqLeaseMs(FunctionCallInfo fcinfo, int argno, const char *function);
 
 /*
  * Take up to max_jobs jobs of the named external handlers for the caller into
  * store (VQ_TAKE_COLUMNS, take.h), checking every argument; returns how many.
  */
 extern int	VqTakeInto(FunctionCallInfo fcinfo, const char *function, ArrayType *handler_names, int32 max_jobs,
-					   TimestampTz lease_until, Tuplestorestate *store, TupleDesc desc);
+					   int64 lease_ms, Tuplestorestate *store, TupleDesc desc);
 
 #endif							/* VQ_WORKER_H */

@@ -271,7 +271,8 @@ VqReserveTakeRoom(VqQueue *queue, int want)
 {
 	ReserveArgs a = {queue->name, queue->instances * queue->max_concurrent_jobs, want, -1, -1};
 
-	(void) VqWithDatabaseSlot(MyDatabaseId, LW_EXCLUSIVE, ReserveLocked, &a);
+	if (!VqWithDatabaseSlot(MyDatabaseId, LW_EXCLUSIVE, ReserveLocked, &a))
+		return Max(0, Min(want, a.cap - ExternalInFlight(queue)));	/* (no executors here: nothing to share) */
 	if (a.got >= 0)
 		return a.got;
 	a.bound = VqCountNotifyInFlight(queue);

@@ -61,13 +61,25 @@
 typedef struct TakeLane
 {
 	VqHandler  *handler;
+	int			handler_index;	/* in the request's handlers */
 	VqQueue    *queue;
 	char		name[VQ_LANE_MAX + 1];
 	bool		positioned;		/* its levels are known: scanned from their positions */
 	bool		granted;		/* the caller may take every job of the handler */
 	int			nscans;
 	VqClaimScan scans[VQ_MAX_CLAIM_LEVELS];
+	int			quota[VQ_MAX_CLAIM_LEVELS]; /* merged takes: how many to take from each level ... */
+	int			start_quota;	/* ... or from the start of a lane not positioned */
 } TakeLane;
+
+/* A job a merged take saw first, in claim order across its lanes. */
+typedef struct Candidate
+{
+	TakeLane   *lane;
+	int			level;			/* in lane->scans (-1: the lane is not positioned) */
+	int32		priority;
+	VqClaimKey	key;
+} Candidate;
 
 /* The columns every take statement returns, in the order of vq_take_jobs' result. */
 #define TAKEN_COLUMNS \
@@ -294,6 +306,7 @@ typedef struct Take
 	int			ntaken;			/* jobs taken so far: their ids and attempts */
 	Datum	   *ids;
 	Datum	   *attempts;
+	int		   *turns;			/* per handler of the request: jobs it may still start (-1: not counted yet) */
 } Take;
 
 /* The room a take reserved in a queue, and what it used. */
@@ -369,6 +382,32 @@ HandlerTurnsLeft(VqHandler *handler)
 		elog(ERROR, "vq_job: counting a handler's running jobs failed");
 	running = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	return (int) Max(0, handler->max_running - running);
+}
+
+/* Turns left of a lane's handler in this take (counted once per take). */
+static int
+TurnsLeft(Take *t, TakeLane *lane)
+{
+	if (t->turns[lane->handler_index] < 0)
+		t->turns[lane->handler_index] = HandlerTurnsLeft(lane->handler);
+	return t->turns[lane->handler_index];
+}
+
+/* Jobs taken from a lane: its queue's room and its handler's turns are used up by n. */
+static void
+Took(Take *t, TakeLane *lane, int n)
+{
+	UseRoom(t, lane->queue, n);
+	if (t->turns[lane->handler_index] != INT_MAX)
+		t->turns[lane->handler_index] -= n;
+	t->left -= n;
+}
+
+/* How many jobs the take may still take from a lane. */
+static int
+MayTake(Take *t, TakeLane *lane)
+{
+	return t->left == 0 ? 0 : Min(t->left, Min(RoomIn(t, lane->queue), TurnsLeft(t, lane)));
 }
 
 /* The key just before key (no job can sit between them): a position there makes the next scan start at key. */
@@ -479,7 +518,7 @@ TakeFromLevel(Take *t, TakeLane *lane, VqClaimScan *scan, int n)
 	values[4] = UUIDPGetDatum(&scan->from.execution_id);
 	values[5] = Int32GetDatum(n);
 	values[6] = TimestampTzGetDatum(t->now);
-	values[7] = TimestampTzGetDatum(t->req->lease_until);
+	values[7] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(t->now, t->req->lease_ms));
 	values[8] = BoolGetDatum(lane->granted);
 	values[9] = ObjectIdGetDatum(t->req->caller);
 	if (SPI_execute_plan(VqKeepGenericPlan(&level_plan,
@@ -520,7 +559,7 @@ TakeFromStart(Take *t, TakeLane *lane, int n)
 	values[2] = values[3] = values[4] = (Datum) 0;	/* ($3 to $5 are the level's, unused here) */
 	values[5] = Int32GetDatum(n);
 	values[6] = TimestampTzGetDatum(t->now);
-	values[7] = TimestampTzGetDatum(t->req->lease_until);
+	values[7] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(t->now, t->req->lease_ms));
 	values[8] = BoolGetDatum(lane->granted);
 	values[9] = ObjectIdGetDatum(t->req->caller);
 	if (SPI_execute_plan(VqKeepGenericPlan(&start_plan,
@@ -587,6 +626,7 @@ BeginLanes(Take *t, VqRegistry *registry)
 				continue;
 			lane = palloc0(sizeof(TakeLane));
 			lane->handler = handler;
+			lane->handler_index = h;
 			lane->queue = q;
 			lane->granted = granted;
 			VqLaneName(lane->name, q->name, handler->name);
@@ -599,83 +639,197 @@ BeginLanes(Take *t, VqRegistry *registry)
 	return lanes;
 }
 
-/* The highest priority among the levels not yet scanned (done[lane][level]); false when none is left. */
-static bool
-NextPriority(List *lanes, int32 *priority)
+/* Take from one lane: from its start when not positioned, else level by level, highest priority first. */
+static int
+TakeFromOneLane(Take *t, TakeLane *lane)
 {
-	bool		any = false;
+	int			total = 0;
+	int			n;
+
+	if (!lane->positioned)
+	{
+		if ((n = MayTake(t, lane)) > 0 && (n = TakeFromStart(t, lane, n)) > 0)
+		{
+			Took(t, lane, n);
+			total += n;
+		}
+		return total;
+	}
+	for (int i = 0; i < lane->nscans && t->left > 0; i++)	/* (CopyLevels sorted them) */
+		if ((n = MayTake(t, lane)) > 0 && (n = TakeFromLevel(t, lane, &lane->scans[i], n)) > 0)
+		{
+			Took(t, lane, n);
+			total += n;
+		}
+	return total;
+}
+
+/* Candidates of a merged take, growing as the looks append to them. */
+typedef struct Candidates
+{
+	Candidate  *items;
+	int			n;
+	int			size;
+} Candidates;
+
+/*
+ * The first due jobs of a lane's level (level >= 0), or of a lane not
+ * positioned from its start, that the caller may take, at most n, without
+ * locking them: appended to cands.
+ */
+static void
+PeekCandidates(Take *t, TakeLane *lane, int level, int n, Candidates *cands)
+{
+	static SPIPlanPtr level_plan = NULL;
+	static SPIPlanPtr start_plan = NULL;
+	VqClaimScan *scan = level >= 0 ? &lane->scans[level] : NULL;
+	Datum		values[9];
+	int			rc;
+
+#define PEEK_WHERE \
+	"SELECT priority, scheduled_at, execution_id FROM vq.job_active" \
+	" WHERE queue OPERATOR(pg_catalog.=) $1 AND handler OPERATOR(pg_catalog.=) $2 AND" VQ_TAKEABLE \
+	" AND scheduled_at OPERATOR(pg_catalog.<=) $6 AND ($7 OR pg_catalog.pg_has_role($8, enqueued_by, 'USAGE'))"
+
+	values[0] = lane->queue->name_datum;
+	values[1] = lane->handler->name_datum;
+	values[2] = Int32GetDatum(scan ? scan->priority : 0);
+	values[3] = TimestampTzGetDatum(scan ? scan->from.scheduled_at : 0);
+	values[4] = UUIDPGetDatum(scan ? &scan->from.execution_id : &(pg_uuid_t) {{0}});
+	values[5] = TimestampTzGetDatum(t->now);
+	values[6] = BoolGetDatum(lane->granted);
+	values[7] = ObjectIdGetDatum(t->req->caller);
+	values[8] = Int32GetDatum(n);
+	if (scan != NULL)
+		rc = SPI_execute_plan(VqKeepGenericPlan(&level_plan,
+												PEEK_WHERE " AND priority OPERATOR(pg_catalog.=) $3"
+												" AND (scheduled_at, execution_id) OPERATOR(pg_catalog.>) ($4, $5)"
+												" ORDER BY scheduled_at, execution_id LIMIT $9",
+												9, (Oid[]) {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, UUIDOID,
+												TIMESTAMPTZOID, BOOLOID, OIDOID, INT4OID}),
+							  values, NULL, true, 0);
+	else
+		rc = SPI_execute_plan(VqKeepGenericPlan(&start_plan,
+												PEEK_WHERE " ORDER BY priority DESC, scheduled_at, execution_id LIMIT $9",
+												9, (Oid[]) {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, UUIDOID,
+												TIMESTAMPTZOID, BOOLOID, OIDOID, INT4OID}),
+							  values, NULL, true, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "vq_job: looking at due jobs failed");
+	if (cands->n + (int) SPI_processed > cands->size)
+	{
+		cands->size = Max(cands->size * 2, cands->n + (int) SPI_processed);
+		cands->items = cands->items == NULL ? palloc(sizeof(Candidate) * cands->size)
+			: repalloc(cands->items, sizeof(Candidate) * cands->size);
+	}
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		Candidate  *c = &cands->items[cands->n++];
+		bool		isnull;
+
+		c->lane = lane;
+		c->level = level;
+		c->priority = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+		c->key.scheduled_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull));
+		memcpy(&c->key.execution_id, DatumGetUUIDP(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3, &isnull)),
+			   sizeof(pg_uuid_t));
+	}
+}
+
+/* Claim order: priority DESC, then scheduled_at, then execution_id. */
+static int
+ByClaimOrder(const void *a, const void *b)
+{
+	const Candidate *x = a;
+	const Candidate *y = b;
+
+	if (x->priority != y->priority)
+		return x->priority > y->priority ? -1 : 1;
+	if (x->key.scheduled_at != y->key.scheduled_at)
+		return x->key.scheduled_at < y->key.scheduled_at ? -1 : 1;
+	return memcmp(x->key.execution_id.data, y->key.execution_id.data, UUID_LEN);
+}
+
+/*
+ * Several lanes: look at the first due jobs of each (without locks), merge
+ * them in claim order, and give each level as many of the first max_jobs as
+ * came from it (within its queue's room and its handler's turns); then take
+ * those, level by level. A job another take holds meanwhile is skipped, and
+ * this take ends with fewer.
+ */
+static int
+TakeMerged(Take *t, List *lanes)
+{
+	Candidates	cands = {NULL, 0, 0};
+	int			total = 0;
 	ListCell   *lc;
 
 	foreach(lc, lanes)
 	{
 		TakeLane   *lane = lfirst(lc);
+		int			n = MayTake(t, lane);
 
-		for (int i = 0; lane->positioned && i < lane->nscans; i++)
-			if (!lane->scans[i].took && lane->scans[i].from.scheduled_at != DT_NOEND &&
-				(!any || lane->scans[i].priority > *priority))
-			{
-				*priority = lane->scans[i].priority;
-				any = true;
-			}
+		if (n > 0 && !lane->positioned)
+			PeekCandidates(t, lane, -1, n, &cands);
+		for (int i = 0; n > 0 && lane->positioned && i < lane->nscans; i++)
+			PeekCandidates(t, lane, i, n, &cands);
 	}
-	return any;
-}
+	if (cands.n > 0)
+		qsort(cands.items, cands.n, sizeof(Candidate), ByClaimOrder);
+	for (int i = 0; i < cands.n && t->left > 0; i++)
+	{
+		TakeLane   *lane = cands.items[i].lane;
 
-/*
- * Take from every lane, level by level, highest priority first (within a
- * priority, lanes in the order of the handlers asked for), within each
- * queue's room and each handler's turns.
- */
-static int
-TakeFromLanes(Take *t, List *lanes)
-{
-	int			total = 0;
-	int32		priority;
-	ListCell   *lc;
-
-	/* lanes whose levels are not known: the plain take, before the others */
+		if (MayTake(t, lane) <= 0)
+			continue;
+		Took(t, lane, 1);		/* (planned: given back below, before the take uses it) */
+		if (cands.items[i].level < 0)
+			lane->start_quota++;
+		else
+			lane->quota[cands.items[i].level]++;
+	}
 	foreach(lc, lanes)
 	{
 		TakeLane   *lane = lfirst(lc);
 		int			n;
 
-		if (lane->positioned || t->left == 0)
-			continue;
-		n = Min(t->left, Min(RoomIn(t, lane->queue), HandlerTurnsLeft(lane->handler)));
-		if (n > 0)
+		if (lane->start_quota > 0)
 		{
-			n = TakeFromStart(t, lane, n);
-			UseRoom(t, lane->queue, n);
-			t->left -= n;
-			total += n;
-		}
-	}
-	while (t->left > 0 && NextPriority(lanes, &priority))
-	{
-		foreach(lc, lanes)
-		{
-			TakeLane   *lane = lfirst(lc);
-
-			for (int i = 0; lane->positioned && i < lane->nscans; i++)
+			Took(t, lane, -lane->start_quota);
+			if ((n = TakeFromStart(t, lane, lane->start_quota)) > 0)
 			{
-				VqClaimScan *scan = &lane->scans[i];
-				int			n;
-
-				if (scan->priority != priority || scan->took || scan->from.scheduled_at == DT_NOEND)
-					continue;
-				n = t->left == 0 ? 0 : Min(t->left, Min(RoomIn(t, lane->queue), HandlerTurnsLeft(lane->handler)));
-				if (n > 0 && (n = TakeFromLevel(t, lane, scan, n)) > 0)
-				{
-					UseRoom(t, lane->queue, n);
-					t->left -= n;
-					total += n;
-				}
-				else
-					scan->from.scheduled_at = DT_NOEND; /* (done: NextPriority skips it) */
+				Took(t, lane, n);
+				total += n;
+			}
+		}
+		for (int i = 0; i < lane->nscans; i++)
+		{
+			if (lane->quota[i] == 0)
+				continue;
+			Took(t, lane, -lane->quota[i]);
+			if ((n = TakeFromLevel(t, lane, &lane->scans[i], lane->quota[i])) > 0)
+			{
+				Took(t, lane, n);
+				total += n;
 			}
 		}
 	}
 	return total;
+}
+
+/*
+ * Take from the lanes, in claim order (priority DESC, scheduled_at,
+ * execution_id) across them, within each queue's room and each handler's
+ * turns.
+ */
+static int
+TakeFromLanes(Take *t, List *lanes)
+{
+	if (list_length(lanes) == 0)
+		return 0;
+	if (list_length(lanes) == 1)
+		return TakeFromOneLane(t, linitial(lanes));
+	return TakeMerged(t, lanes);
 }
 
 /* End the claims of every lane: positions move to what each level's take reached. */
@@ -736,6 +890,9 @@ VqTakeJobs(VqRegistry *registry, const VqTakeRequest *req, Tuplestorestate *stor
 	t.desc = desc;
 	t.ids = palloc(sizeof(Datum) * req->max_jobs);
 	t.attempts = palloc(sizeof(Datum) * req->max_jobs);
+	t.turns = palloc(sizeof(int) * req->nhandlers);
+	for (int h = 0; h < req->nhandlers; h++)
+		t.turns[h] = -1;
 	t.rooms = hash_create("vq_job take rooms", 8, &ctl, HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
 	t.slot = VqDatabaseSlotOf(MyDatabaseId);
 	t.claimer = AcquireTaker(t.slot);
@@ -749,6 +906,9 @@ VqTakeJobs(VqRegistry *registry, const VqTakeRequest *req, Tuplestorestate *stor
 		ReleaseRooms(&t);
 		if (total > 0 && registry->has_listeners)
 			RecordClaimed(&t);
+		/* (the executors look for expired leases when the first may have ended) */
+		if (total > 0)
+			VqLeaseEndsAt(MyDatabaseId, TimestampTzPlusMilliseconds(t.now, req->lease_ms));
 	}
 	PG_FINALLY();
 	{

@@ -21,7 +21,7 @@ typedef struct VqTakeRequest
 	VqHandler **handlers;		/* external handlers, in the caller's order */
 	int			nhandlers;
 	int			max_jobs;
-	TimestampTz lease_until;
+	int64		lease_ms;		/* each job's lease: until the take's start + this */
 	Oid			caller;			/* the role taking: a member of each job's role, or granted */
 } VqTakeRequest;
 

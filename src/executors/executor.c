@@ -46,7 +46,6 @@
 #include "access/xact.h"
 #include "catalog/indexing.h"
 #include "catalog/pg_db_role_setting.h"
-#include "catalog/pg_extension.h"
 #include "commands/dbcommands.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
@@ -68,6 +67,7 @@
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
+#include "main/checks.h"
 #include "main/guc.h"
 #include "main/requests.h"
 #include "main/shmem.h"
@@ -280,31 +280,6 @@ RecordCutWorkAtExit(int code, Datum arg)
 	VqCommitTransaction();
 }
 
-/* The version of vq_job installed in this database, or NULL when it is not installed. */
-static char *
-InstalledVersion(void)
-{
-	Relation	rel = table_open(ExtensionRelationId, AccessShareLock);
-	ScanKeyData key;
-	SysScanDesc scan;
-	HeapTuple	tup;
-	char	   *version = NULL;
-
-	ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber, F_NAMEEQ,
-				CStringGetDatum("vq_job"));
-	scan = systable_beginscan(rel, ExtensionNameIndexId, true, NULL, 1, &key);
-	tup = systable_getnext(scan);
-	if (HeapTupleIsValid(tup))
-	{
-		bool		isnull;
-		Datum		d = heap_getattr(tup, Anum_pg_extension_extversion, RelationGetDescr(rel), &isnull);
-
-		version = isnull ? pstrdup("") : TextDatumGetCString(d);
-	}
-	systable_endscan(scan);
-	table_close(rel, AccessShareLock);
-	return version;
-}
 
 /*
  * Was vq.serve_database turned off for this database (ALTER DATABASE ... SET)?
@@ -363,7 +338,7 @@ static void
 CheckExtension(TimestampTz now)
 {
 	uint64		generation = pg_atomic_read_u64(&VqMyDatabaseSlot->extension_generation);
-	char	   *installed = InstalledVersion();
+	char	   *installed = VqInstalledVersion();
 	bool		turned_off = ServingTurnedOff();
 	bool		present = installed != NULL && strcmp(installed, VQ_EXTVERSION) == 0 && !turned_off;
 	bool		was_served;
@@ -402,21 +377,6 @@ CheckExtension(TimestampTz now)
 /* ---- housekeeping -------------------------------------------------------------------- */
 
 /*
- * Whether this executor looks for jobs whose lease expired now (workers
- * outside the server took them and did not answer in time): one executor
- * per RESCUE_INTERVAL_MS, whichever comes first, since each look walks every
- * RUNNING version of a taken job that vacuum has not removed.
- */
-static bool
-TakeLeaseSweepTurn(TimestampTz now)
-{
-	uint64		last = pg_atomic_read_u64(&VqMyDatabaseSlot->lease_sweep_at);
-
-	return !TimestampDifferenceExceeds((TimestampTz) last, now, RESCUE_INTERVAL_MS) ? false :
-		pg_atomic_compare_exchange_u64(&VqMyDatabaseSlot->lease_sweep_at, &last, (uint64) now);
-}
-
-/*
  * Between claims, in a short transaction of its own when any is due: make
  * sure the extension is still there (a CREATE or DROP EXTENSION also moves
  * the slot's generation), abandon jobs of dead executors and jobs whose
@@ -428,7 +388,8 @@ Housekeeping(TimestampTz now)
 {
 	bool		check = extension_generation_seen != pg_atomic_read_u64(&VqMyDatabaseSlot->extension_generation) ||
 		TimestampDifferenceExceeds(last_extension_check, now, EXTENSION_CHECK_INTERVAL_MS);
-	bool		rescue = TimestampDifferenceExceeds(last_rescue, now, RESCUE_INTERVAL_MS);
+	bool		rescue = TimestampDifferenceExceeds(last_rescue, now, RESCUE_INTERVAL_MS) ||
+		VqLeaseCheckAt(VqMyDatabaseSlot) <= now;
 	bool		positions = VqMyExecutorIndex == 0 &&
 		now >= next_positions_check;
 
@@ -449,11 +410,15 @@ Housekeeping(TimestampTz now)
 	if (rescue)
 	{
 		VqRegistry *registry = VqRegistryPin();
-		bool		lease_turn = registry->has_notify_handlers && TakeLeaseSweepTurn(now);
+		/* (leases: when the first may have ended, by one executor; wake.h) */
+		bool		lease_turn = VqTakeLeaseCheckTurn(VqMyDatabaseSlot, now);
 		uint64		exits = pg_atomic_read_u64(&VqMyDatabaseSlot->executor_exits);
+		TimestampTz next_lease = VQ_NO_NEXT_DUE;
 
-		if (VqRescueOrphans(registry, now, lease_turn) > 0)
+		if (VqRescueOrphans(registry, now, lease_turn, &next_lease) > 0)
 			VqPollAllNow(now);
+		if (lease_turn)
+			VqLeasesLookedAt(VqMyDatabaseSlot, next_lease);
 		VqRegistryRelease(registry);
 		last_rescue = now;
 		/* (looked at only between idle cycles: a busy executor is never quiet) */
@@ -789,6 +754,7 @@ SleepMs(void)
 		if (VqMyExecutorIndex == 0)
 			wake = Min(wake, TimestampTzPlusMilliseconds(last_retention, RETENTION_INTERVAL_MS));
 	}
+	wake = Min(wake, VqLeaseCheckAt(VqMyDatabaseSlot));	/* (quiet or not: leases workers hold) */
 	if (IsExtraExecutor())
 		wake = Min(wake, TimestampTzPlusMilliseconds(last_work, EXTRA_EXECUTOR_IDLE_MS));
 	if (wake <= now)
@@ -920,6 +886,8 @@ SetUpExecutor(Datum arg)
 
 	extension_generation_seen = pg_atomic_read_u64(&VqMyDatabaseSlot->extension_generation);
 	last_work = GetCurrentTimestamp();
+	/* leases workers took before this executor started (before a restart, say): look at them once */
+	VqLeasesLookedAt(VqMyDatabaseSlot, last_work);
 	started_always_running = !IsExtraExecutor();
 	last_wake_count = pg_atomic_read_u64(&VqMyDatabaseSlot->wake_count);
 	last_relay_wake_count = pg_atomic_read_u64(&VqMyDatabaseSlot->relay_wake_count);

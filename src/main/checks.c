@@ -6,10 +6,17 @@
 
 #include "fmgr.h"
 #include "access/detoast.h"
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "catalog/indexing.h"
+#include "catalog/pg_extension.h"
 #include "mb/pg_wchar.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/rel.h"
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
@@ -149,4 +156,47 @@ vq_require_writable(PG_FUNCTION_ARGS)
 {
 	VqRequireWritable(PG_ARGISNULL(0) ? "this vq_job function" : text_to_cstring(PG_GETARG_TEXT_PP(0)));
 	PG_RETURN_VOID();
+}
+
+/* The version of vq_job installed in this database, or NULL when it is not installed. */
+char *
+VqInstalledVersion(void)
+{
+	Relation	rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tup;
+	char	   *version = NULL;
+
+	ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber, F_NAMEEQ,
+				CStringGetDatum("vq_job"));
+	scan = systable_beginscan(rel, ExtensionNameIndexId, true, NULL, 1, &key);
+	tup = systable_getnext(scan);
+	if (HeapTupleIsValid(tup))
+	{
+		bool		isnull;
+		Datum		d = heap_getattr(tup, Anum_pg_extension_extversion, RelationGetDescr(rel), &isnull);
+
+		version = isnull ? pstrdup("") : TextDatumGetCString(d);
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return version;
+}
+
+/*
+ * Error unless the installed extension is the library's version: for the
+ * calls of an older version's script whose C code needs the current schema
+ * (a database not updated yet after the library was).
+ */
+void
+VqRequireInstalledVersion(const char *what)
+{
+	char	   *installed = VqInstalledVersion();
+
+	if (installed != NULL && strcmp(installed, VQ_EXTVERSION) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("%s needs vq_job %s, but this database has vq_job %s", what, VQ_EXTVERSION, installed),
+				 errhint("Run ALTER EXTENSION vq_job UPDATE.")));
 }

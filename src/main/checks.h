@@ -34,4 +34,10 @@ extern char *VqCapTextTo(const char *text, int limit);
 /* Error (25006, in vq's words) when the current transaction cannot write (what: the function). */
 extern void VqRequireWritable(const char *what);
 
+/* The version of vq_job installed in this database (NULL: not installed). */
+extern char *VqInstalledVersion(void);
+
+/* Error (55000) unless the installed version is the library's: a database not updated yet. */
+extern void VqRequireInstalledVersion(const char *what);
+
 #endif							/* VQ_CHECKS_H */

@@ -57,7 +57,7 @@ InitDatabaseSlot(VqDatabaseSlot *slot, LWLock *lock)
 	pg_atomic_init_u64(&slot->extension_generation, 0);
 	pg_atomic_init_u32(&slot->executors_wanted, 0);
 	pg_atomic_init_u64(&slot->executor_exits, 0);
-	pg_atomic_init_u64(&slot->lease_sweep_at, 0);
+	pg_atomic_init_u64(&slot->lease_check_at, (uint64) VQ_NO_NEXT_DUE);
 	pg_atomic_init_u64(&slot->take_waiting, 0);
 	pg_atomic_init_u64(&slot->take_due, 0);
 	for (int i = 0; i < VQ_HANDLER_TIMINGS; i++)

@@ -25,13 +25,14 @@
  *  - slot->positions: claim/claimpos.c; slot->takers: claim/take.c;
  *    slot->notify_bounds: claim/inflight.c. All under the slot's lock
  *    (overflow is also read without it, as a hint).
- *  - slot->take_waiting, take_due (atomics): main/wake.c, for takes (the
- *    handlers a worker waits for), commits (handlers given due jobs) and
- *    executors (which relay the wake-ups as NOTIFY).
+ *  - slot->take_waiting, take_due, lease_check_at (atomics): main/wake.c,
+ *    for takes (the handlers a worker waits for; when their leases end),
+ *    commits (handlers given due jobs) and executors (which relay the
+ *    wake-ups as NOTIFY, and look for expired leases).
  *  - slot->cancel_seq[i] (atomics): run/jobapi.c, for vq_cancel (the run of
  *    executor i to flag).
  *  - slot->handler_timings (atomics, last writer wins): executors/pool.c.
- *  - slot->executor_exits, lease_sweep_at (atomics): executors/executor.c.
+ *  - slot->executor_exits (atomic): executors/executor.c.
  *  - slot->saver_pid: executors/saver.c, under the slot's lock.
  *  - slot->executors[i]: written by executor i only, field by field by one
  *    module (see VqExecutorSlot), but the saver's part of its live log.
@@ -248,7 +249,7 @@ typedef struct VqDatabaseSlot
 	pg_atomic_uint64 cancel_seq[VQ_MAX_EXECUTORS];	/* run to flag cancelled, per executor (jobapi.c) */
 	pg_atomic_uint32 executors_wanted;	/* most executors asked for since the launcher took it (requests.c) */
 	pg_atomic_uint64 executor_exits;	/* executors of this database that left their slot (executor.c) */
-	pg_atomic_uint64 lease_sweep_at;	/* when an executor last looked for expired leases (executor.c) */
+	pg_atomic_uint64 lease_check_at;	/* when a lease a worker holds may have ended, TimestampTz; VQ_NO_NEXT_DUE: none (wake.c) */
 	pg_atomic_uint64 take_waiting;	/* bit h % 64: a take of a handler with name hash h found less than it asked (wake.c) */
 	pg_atomic_uint64 take_due;	/* bit h % 64: a handler with name hash h got due jobs since the last relay (wake.c) */
 	/* handlers' recent execution times, shared so a new executor knows which run inline (pool.c) */

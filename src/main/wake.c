@@ -158,6 +158,56 @@ VqWakeForEverythingLocked(VqDatabaseSlot *slot)
 	WakeEveryExecutor(slot);
 }
 
+/* Lower the slot's lease_check_at to t; true when it moved. */
+static bool
+LowerLeaseCheck(VqDatabaseSlot *slot, TimestampTz t)
+{
+	uint64		cur = pg_atomic_read_u64(&slot->lease_check_at);
+
+	while ((int64) cur > t)
+		if (pg_atomic_compare_exchange_u64(&slot->lease_check_at, &cur, (uint64) t))
+			return true;
+	return false;
+}
+
+static void
+LeaseEndsAtLocked(VqDatabaseSlot *slot, void *arg)
+{
+	if (LowerLeaseCheck(slot, *(TimestampTz *) arg))
+		WakeOneExecutor(slot);	/* (a sleeping executor's timeout may be later: it must look again) */
+}
+
+/* A lease a take gave ends at t (see wake.h). */
+void
+VqLeaseEndsAt(Oid dboid, TimestampTz t)
+{
+	(void) VqWithDatabaseSlot(dboid, LW_SHARED, LeaseEndsAtLocked, &t);
+}
+
+/* An executor's turn to look for expired leases (see wake.h). */
+bool
+VqTakeLeaseCheckTurn(VqDatabaseSlot *slot, TimestampTz now)
+{
+	uint64		cur = pg_atomic_read_u64(&slot->lease_check_at);
+
+	return (int64) cur <= now &&
+		pg_atomic_compare_exchange_u64(&slot->lease_check_at, &cur, (uint64) VQ_NO_NEXT_DUE);
+}
+
+/* The look found the held leases: the earliest ends at t (see wake.h). */
+void
+VqLeasesLookedAt(VqDatabaseSlot *slot, TimestampTz t)
+{
+	(void) LowerLeaseCheck(slot, t);
+}
+
+/* When a lease may end next (see wake.h). */
+TimestampTz
+VqLeaseCheckAt(VqDatabaseSlot *slot)
+{
+	return (TimestampTz) pg_atomic_read_u64(&slot->lease_check_at);
+}
+
 /* An executor found the next due time: put it in the slot (see wake.h). */
 void
 VqReplaceNextDue(VqDatabaseSlot *slot, TimestampTz next, TimestampTz now)

@@ -43,6 +43,24 @@ extern void VqWakeForEverythingLocked(VqDatabaseSlot *slot);
  */
 extern void VqReplaceNextDue(VqDatabaseSlot *slot, TimestampTz next, TimestampTz now);
 
+/*
+ * Leases of jobs workers hold: the slot keeps when one may end next
+ * (lease_check_at), so that the executors look for expired leases then, not
+ * all the time (each look walks every version of a held job a held snapshot
+ * keeps):
+ *  - VqLeaseEndsAt: a take gave leases ending at t: lower it to t (and wake a
+ *    sleeping executor when it moved, since it may sleep past t);
+ *  - VqTakeLeaseCheckTurn: an executor's turn to look, once it passed (it is
+ *    cleared: one executor looks);
+ *  - VqLeasesLookedAt: the look found the earliest held lease ending at t
+ *    (VQ_NO_NEXT_DUE: none held), lowering it to t;
+ *  - VqLeaseCheckAt: when, for a sleeping executor's timeout.
+ */
+extern void VqLeaseEndsAt(Oid dboid, TimestampTz t);
+extern bool VqTakeLeaseCheckTurn(VqDatabaseSlot *slot, TimestampTz now);
+extern void VqLeasesLookedAt(VqDatabaseSlot *slot, TimestampTz t);
+extern TimestampTz VqLeaseCheckAt(VqDatabaseSlot *slot);
+
 /* The queue the last due wake-up named (VqNameHash), taken; 0: none. */
 extern uint32 VqTakeDueQueueHint(VqDatabaseSlot *slot);
 

@@ -1,8 +1,8 @@
 /*
  * interceptors.c: the interceptors (vq.interceptor): on_dispatch(vq.job_context)
- * before a function handler is called or a NOTIFY handler's job is
- * announced; on_complete(vq.job_context, outcome, error) when the handler
- * ended, before the outcome is written (or, for a consumer's reply, queued:
+ * before a function handler is called or when a worker takes an external
+ * handler's job; on_complete(vq.job_context, outcome, error) when the handler
+ * ended, before the outcome is written (or, for a worker's reply, queued:
  * after the reply committed). They run in (position, name) order, outside
  * the job's execution timeout: keep them short. Called as their functions'
  * owners where callbacks run inline (callbacks.c), queued for an executor

@@ -9,7 +9,7 @@
 
 #include "main/job.h"
 
-/* Every interceptor's on_dispatch, before a job is run or announced. */
+/* Every interceptor's on_dispatch, before a job is run or when a worker takes it. */
 extern void VqInterceptDispatch(VqJob *job);
 
 /* Every interceptor's on_complete, when the handler ended or the reply came, before the outcome is written. */

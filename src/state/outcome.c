@@ -468,7 +468,6 @@ ReadRescueCandidates(TimestampTz now, bool executors, bool leases)
 {
 	static SPIPlanPtr executors_plan = NULL;
 	static SPIPlanPtr lease_plan = NULL;
-	Datum		values[1];
 	List	   *jobs = NIL;
 
 	/* (custom plans, for the reason given at ExternalInFlight in claim/inflight.c) */
@@ -482,11 +481,9 @@ ReadRescueCandidates(TimestampTz now, bool executors, bool leases)
 	}
 	if (leases)
 	{
-		values[0] = TimestampTzGetDatum(now);
-		if (SPI_execute_plan(VqKeepCustomPlan(&lease_plan, RESCUE_CANDIDATES
-											  " AND worker_pid IS NULL AND lease_until OPERATOR(pg_catalog.<) $1",
-											  1, (Oid[]) {TIMESTAMPTZOID}),
-							 values, NULL, true, 0) != SPI_OK_SELECT)
+		/* every held job: the expired ones are abandoned, the others say when to look next */
+		if (SPI_execute_plan(VqKeepCustomPlan(&lease_plan, RESCUE_CANDIDATES " AND worker_pid IS NULL", 0, NULL),
+							 NULL, NULL, true, 0) != SPI_OK_SELECT)
 			elog(ERROR, "vq_job: looking for expired leases failed");
 		jobs = CopyRescueCandidates(jobs);
 	}
@@ -509,13 +506,15 @@ ReadRescueCandidates(TimestampTz now, bool executors, bool leases)
  *
  * The jobs run by executors are looked at when this process starts (after a
  * crash or a promotion), when an executor of the database has left its slot
- * since the last look, and every RESCUE_SWEEP_MS; taken jobs when leases
- * is true (one executor per second): not at every call of every executor,
- * since the search walks every index entry of a RUNNING version that vacuum
- * has not removed yet, and a long-held snapshot keeps all of them.
+ * since the last look, and every RESCUE_SWEEP_MS; taken jobs when leases is
+ * true (when the first lease may have ended: one executor, see wake.h), the
+ * earliest lease still running going to *next_lease: not at every call of
+ * every executor, since the search walks every index entry of a RUNNING
+ * version that vacuum has not removed yet, and a long-held snapshot keeps all
+ * of them.
  */
 int
-VqRescueOrphans(VqRegistry *registry, TimestampTz now, bool leases)
+VqRescueOrphans(VqRegistry *registry, TimestampTz now, bool leases, TimestampTz *next_lease)
 {
 	static uint64 exits_seen = PG_UINT64_MAX;
 	static TimestampTz executors_looked_at = 0;
@@ -538,6 +537,11 @@ VqRescueOrphans(VqRegistry *registry, TimestampTz now, bool leases)
 
 		if (!r->external && ExecutorAlive(r->worker_pid, r->worker_started_at))
 			continue;
+		if (r->external && r->lease_until >= now)
+		{
+			*next_lease = Min(*next_lease, r->lease_until);
+			continue;
+		}
 		memset(&outcome, 0, sizeof(outcome));
 		outcome.kind = VQ_OUTCOME_ABANDONED;
 		if (r->external)
@@ -566,9 +570,10 @@ VqRescueOrphans(VqRegistry *registry, TimestampTz now, bool leases)
 }
 
 /*
- * Is any job of this database RUNNING? While none is, the orphan rescue has
- * nothing to look at until a job is claimed visibly or taken, or an
- * executor exits (executor.c). One probe of job_running_idx.
+ * Is any job of this database RUNNING in an executor? While none is, the
+ * orphan rescue has nothing to look at until a job is claimed visibly or an
+ * executor exits (executor.c); jobs workers hold are looked at when their
+ * leases may end (wake.h). One probe of job_running_idx.
  */
 bool
 VqAnyJobRunning(void)
@@ -576,7 +581,8 @@ VqAnyJobRunning(void)
 	static SPIPlanPtr plan = NULL;
 
 	if (SPI_execute_plan(VqKeepPlan(&plan,
-							  "SELECT 1 FROM vq.job_active WHERE state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state LIMIT 1",
+							  "SELECT 1 FROM vq.job_active WHERE state OPERATOR(pg_catalog.=) 'RUNNING'::vq.job_state"
+							  " AND worker_pid IS NOT NULL LIMIT 1",
 							  0, NULL),
 						 NULL, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "vq_job: looking for RUNNING jobs failed");

@@ -24,6 +24,17 @@
 	started_at ", " finished_at ", NULL, NULL, consumer_claimed_at, cancel_requested, " \
 	last_error ", " total ", " succeeded ", " failed ", NULL, NULL"
 
+/*
+ * The columns of vq.job_active that VQ_FINISHED_ROW reads, for a DELETE's
+ * RETURNING (j the table's alias): naming them spares building whole rows.
+ */
+#define VQ_ENDING_COLUMNS(j) \
+	" " j ".execution_id, " j ".priority, " j ".attempt_number, " j ".max_attempts, " j ".scheduled_at, " \
+	j ".created_at, " j ".updated_at, " j ".enqueued_by, " j ".queue, " j ".job_id, " j ".handler, " \
+	j ".handler_address, " j ".handler_function, " j ".payload, " j ".metadata, " j ".started_at, " \
+	j ".finished_at, " j ".consumer_claimed_at, " j ".cancel_requested, " j ".last_error, " \
+	j ".progress_total, " j ".progress_succeeded, " j ".progress_failed"
+
 /* Mark jobs COMPLETED (a COMPLETED transition for those claimed visibly; implied for the others). */
 extern void VqPersistCompleted(List *jobs, List *outcomes, TimestampTz now);
 
@@ -38,14 +49,15 @@ extern void VqPersistRunning(VqJob *job, TimestampTz now);
 
 /*
  * Abandon RUNNING jobs of dead executors and (with leases) jobs workers took
- * whose lease expired; returns how many.
+ * whose lease expired, lowering *next_lease to the earliest lease still
+ * running; returns how many.
  */
-extern int	VqRescueOrphans(VqRegistry *registry, TimestampTz now, bool leases);
+extern int	VqRescueOrphans(VqRegistry *registry, TimestampTz now, bool leases, TimestampTz *next_lease);
 
 /* The external handler whose lane a job's re-enqueue lowers (NULL: a function handler's job). */
 #define VqJobLaneHandler(job) ((job)->external ? (job)->handler : NULL)
 
-/* Is any job of this database RUNNING (claimed visibly, or a NOTIFY job in flight)? */
+/* Is any job of this database RUNNING in an executor (claimed visibly)? */
 extern bool VqAnyJobRunning(void);
 
 /* Save the live progress of the jobs the executors of this database run visibly. */

@@ -59,8 +59,13 @@ SELECT set_eq($$
     -- inside a handler
     ('function vq_log(text,text,jsonb)'), ('function vq_job_cancelled()'),
     ('function vq_progress_add(bigint,bigint)'), ('function vq_progress_set_total(bigint)'),
-    -- consumers (each call checks who is asking)
-    ('function vq_take(uuid,integer,text)'), ('function vq_pull(text,integer)'), ('function vq_job_payload(uuid)'),
+    -- workers outside the server (each call checks who is asking)
+    ('function vq_take_jobs(text[],integer,interval)'),
+    ('function vq_reply_jobs(uuid[],integer[],text[],text[],timestamp with time zone[])'),
+    ('function vq_extend_leases(uuid[],integer[],interval)'),
+    ('function vq_log_jobs(uuid[],integer[],text[],text[],jsonb[])'),
+    ('function vq_progress_jobs(uuid[],integer[],bigint[],bigint[],bigint[])'),
+    ('function vq_pull(text,integer)'), ('function vq_job_payload(uuid)'),
     ('function vq_complete(uuid,integer)'), ('function vq_fail(uuid,text,integer)'),
     -- operations on one's own jobs (row visibility by role)
     ('function vq_cancel(uuid)'), ('function vq_metrics()'), ('function vq.running_jobs_now()'),

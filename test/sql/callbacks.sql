@@ -36,11 +36,11 @@ SELECT vq_cancel(:'id2');
 ROLLBACK;
 SELECT count(*) AS queued_for_rolled_back FROM vq.callback_event WHERE execution_id = :'id2';
 
--- A consumer's reply: the interceptors' on_complete (by position), then the listeners of the
--- COMPLETED transition. (The announcement is done by hand, as dispatch does it.)
+-- A worker's take and reply: the listeners of the CLAIMED transition (a take records it while
+-- listeners are registered), then the interceptors' on_complete (by position) and the
+-- listeners of the FAILED transition.
 SELECT vq_enqueue('cbq_notify', '{"n": 3}', job_id => 'cbq-3') AS id3 \gset
-UPDATE vq.job SET state = 'RUNNING', started_at = now(), worker_pid = NULL WHERE execution_id = :'id3';
-SELECT count(*) AS taken FROM vq_take(:'id3');
+SELECT count(*) AS taken FROM vq_take_jobs(ARRAY['cbq_notify']);
 SELECT vq_fail(:'id3', 'no luck');
 SELECT count(*) AS called_here FROM public.cbq_seen;
 SELECT kind, callbacks, (context).job_id, outcome, error, (transition).kind AS t_kind, (job).state AS job_state
