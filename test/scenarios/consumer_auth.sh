@@ -97,7 +97,6 @@ assert_eq "$ID_HELD" "$(q "SELECT execution_id FROM vq_take_jobs(ARRAY['nca_held
 assert_eq 0 "$(q_as "$R_STRANGER" "SELECT count(*) FROM vq_extend_leases(ARRAY['$ID_HELD']::uuid[], ARRAY[0])")" \
     "leases the stranger extends"
 got="$(q_as "$R_STRANGER" "SELECT coalesce(string_agg(ignored, ','), '(applied)') FROM vq_reply_jobs(ARRAY['$ID_HELD']::uuid[], ARRAY[0])")"
-# (server bug, 0.2.0 development: vq_reply_jobs takes the caller after switching to the extension owner)
 [[ "$got" == "no such job that you may reply to" ]] ||
     fail_later "the stranger's vq_reply_jobs for a job the superuser holds: expected [no such job that you may reply to], found [$got]"
 got="$(q "SELECT state || '|' || attempt_number FROM vq.job WHERE execution_id = '$ID_HELD'")"
