@@ -15,7 +15,7 @@ Options		opt = {.conninfo = "", .concurrency = 1, .batch = 100, .pipeline = 0,
 
 enum
 {
-	OPT_ONCE = 1000, OPT_PASS_ENV, OPT_PIPELINE
+	OPT_ONCE = 1000, OPT_PASS_ENV, OPT_PIPELINE, OPT_SESSIONS
 };
 
 static void
@@ -40,7 +40,9 @@ usage(FILE *f)
 			"  -n, --concurrency N        commands, or coprocesses, at once (default 1)\n"
 			"  -b, --batch N              most jobs one take asks for (default 100)\n"
 			"      --pipeline N           coprocess mode: job lines outstanding per coprocess\n"
-			"                             (default twice --batch)\n"
+			"                             (default 4 x --batch)\n"
+			"      --sessions N           database sessions carrying takes and replies, 1 to 4\n"
+			"                             (default 2 when more jobs run at once than --batch, else 1)\n"
 			"  -l, --lease SEC            lease asked for each job, extended while it runs\n"
 			"                             (default: the server's, vq.execution_timeout_ms or 5 min)\n"
 			"  -p, --poll-interval SEC    take without a notification this often (default 5)\n"
@@ -131,6 +133,8 @@ take_option(int c, const char *arg)
 			return int_arg("batch", arg, 1, 10000, &opt.batch);
 		case OPT_PIPELINE:
 			return int_arg("pipeline", arg, 1, 10000, &opt.pipeline);
+		case OPT_SESSIONS:
+			return int_arg("sessions", arg, 1, 4, &opt.sessions);
 		case 'l':
 			return seconds_arg("lease", arg, 1, 86400, &opt.lease);
 		case 'p':
@@ -163,6 +167,7 @@ parse_args(int argc, char **argv)
 		{"concurrency", required_argument, NULL, 'n'},
 		{"batch", required_argument, NULL, 'b'},
 		{"pipeline", required_argument, NULL, OPT_PIPELINE},
+		{"sessions", required_argument, NULL, OPT_SESSIONS},
 		{"lease", required_argument, NULL, 'l'},
 		{"poll-interval", required_argument, NULL, 'p'},
 		{"stop-timeout", required_argument, NULL, 's'},
@@ -197,7 +202,10 @@ parse_args(int argc, char **argv)
 		return 2;
 	}
 	if (opt.pipeline == 0)
-		opt.pipeline = opt.batch * 2 > 10000 ? 10000 : opt.batch * 2;
+		opt.pipeline = opt.batch * 4 > 10000 ? 10000 : opt.batch * 4;
+	/* a second session lets a take and a reply run on the server at once */
+	if (opt.sessions == 0)
+		opt.sessions = capacity() > opt.batch ? 2 : 1;
 	opt.command = argv + optind;
 	return -1;
 }

@@ -23,6 +23,7 @@ typedef struct
 	int			concurrency;	/* commands, or coprocesses, at once */
 	int			batch;			/* most jobs one take asks for */
 	int			pipeline;		/* coprocess mode: job lines outstanding per coprocess */
+	int			sessions;		/* database sessions carrying requests */
 	double		poll_interval;	/* take without a notification this often (seconds) */
 	double		stop_timeout;	/* after a stop signal, how long commands may still run */
 	double		lease;			/* seconds; 0: the server's default */

@@ -1,8 +1,8 @@
 /*
- * conn.c: the session.  Each new session looks up the channels of the
- * handlers (vq.handler_settings, readable by everyone), LISTENs on them
- * (not with --once) and on --channel ones, then hands the session to the
- * setup callback.
+ * conn.c: the sessions.  Session 0 looks up the channels of the handlers
+ * (vq.handler_settings, readable by everyone) and LISTENs on them (not with
+ * --once) and on --channel ones; every new session is handed to the setup
+ * callback.  The others only carry requests.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,26 +14,41 @@
 
 #define BACKOFF_MAX_SEC 30.0
 
-static PGconn *conn = NULL;
+typedef struct
+{
+	PGconn	   *conn;
+	double		retry_at;
+	double		backoff;
+	int			failed_in_a_row;
+} Session;
+
+static Session sessions[MAX_SESSIONS];
+static int	nsessions = 1;
 static NotifyFn notify_fn;
 static SetupFn setup_fn;
-static double retry_at = 0;
-static double backoff = 1.0;
-static int	failed_in_a_row = 0;
 static const char *channels[MAX_CHANNELS + MAX_HANDLERS];
 static int	nchannels = 0;
 
 void
-db_init(NotifyFn on_notify, SetupFn on_setup)
+db_init(int n, NotifyFn on_notify, SetupFn on_setup)
 {
+	nsessions = n < 1 ? 1 : n > MAX_SESSIONS ? MAX_SESSIONS : n;
+	for (int i = 0; i < nsessions; i++)
+		sessions[i] = (Session) {NULL, 0, 1.0, 0};
 	notify_fn = on_notify;
 	setup_fn = on_setup;
 }
 
-PGconn *
-db(void)
+int
+db_sessions(void)
 {
-	return conn;
+	return nsessions;
+}
+
+PGconn *
+db(int i)
+{
+	return sessions[i].conn;
 }
 
 const char *
@@ -71,7 +86,7 @@ add_channel(const char *name)
 
 /* The handlers' channels (address 'notify:<channel>'), and --channel ones. */
 static bool
-lookup_channels(void)
+lookup_channels(PGconn *conn)
 {
 	StrBuf		names = {0};
 	const char *params[1];
@@ -113,7 +128,7 @@ lookup_channels(void)
 }
 
 static bool
-listen_all(void)
+listen_all(PGconn *conn)
 {
 	for (int i = 0; i < nchannels; i++)
 	{
@@ -141,62 +156,66 @@ listen_all(void)
 	return true;
 }
 
-/* One attempt: a fresh session, set up.  False (logged) when it failed. */
+/* One attempt: a fresh session i, set up.  False (logged) when it failed. */
 static bool
-try_connect(void)
+try_connect(int i)
 {
 	const char *keywords[] = {"dbname", "fallback_application_name", "client_encoding", NULL};
 	const char *values[] = {opt.conninfo, "vq_consumer", "UTF8", NULL};
+	PGconn	   *conn;
 
-	db_close();
-	conn = PQconnectdbParams(keywords, values, 1);
+	db_close(i);
+	conn = sessions[i].conn = PQconnectdbParams(keywords, values, 1);
 	if (conn == NULL || PQstatus(conn) != CONNECTION_OK)
 	{
 		logmsg("cannot connect: %s", conn ? pq_error(conn, NULL) : "out of memory");
 		return false;
 	}
 	PQsetNoticeProcessor(conn, notice_processor, NULL);
-	while (nchannels > 0)
-		free((char *) channels[--nchannels]);
-	if (!lookup_channels() || (!opt.once && !listen_all()) || !setup_fn(conn))
+	if (i == 0)
+	{
+		while (nchannels > 0)
+			free((char *) channels[--nchannels]);
+		if (!lookup_channels(conn) || (!opt.once && !listen_all(conn)))
+			return false;
+	}
+	if (!setup_fn(i, conn))
 		return false;
-	if (opt.once)
+	if (i > 0 || opt.once)
 		verbose("connected (server pid %d)", PQbackendPID(conn));
-	for (int i = 0; !opt.once && i < nchannels; i++)
-		verbose("connected (server pid %d), listening on channel %s", PQbackendPID(conn), channels[i]);
+	for (int c = 0; i == 0 && !opt.once && c < nchannels; c++)
+		verbose("connected (server pid %d), listening on channel %s", PQbackendPID(conn), channels[c]);
 	return true;
 }
 
 bool
-db_ensure(double now, int *failures)
+db_ensure(int i, double now, int *failures)
 {
-	if (conn != NULL)
+	Session    *s = &sessions[i];
+
+	*failures = s->failed_in_a_row;
+	if (s->conn != NULL)
 		return true;
-	if (now < retry_at)
-	{
-		*failures = failed_in_a_row;
+	if (now < s->retry_at)
 		return false;
-	}
-	if (try_connect())
+	if (try_connect(i))
 	{
-		backoff = 1.0;
-		failed_in_a_row = 0;
-		*failures = 0;
+		s->backoff = 1.0;
+		s->failed_in_a_row = *failures = 0;
 		return true;
 	}
-	db_close();
-	failed_in_a_row++;
-	*failures = failed_in_a_row;
-	retry_at = now + backoff;
-	logmsg("retrying in %g s", backoff);
-	backoff = backoff * 2 > BACKOFF_MAX_SEC ? BACKOFF_MAX_SEC : backoff * 2;
+	db_close(i);
+	*failures = ++s->failed_in_a_row;
+	s->retry_at = now + s->backoff;
+	logmsg("retrying in %g s", s->backoff);
+	s->backoff = s->backoff * 2 > BACKOFF_MAX_SEC ? BACKOFF_MAX_SEC : s->backoff * 2;
 	return false;
 }
 
 double
-db_retry_at(void)
+db_retry_at(int i)
 {
-	return retry_at;
+	return sessions[i].retry_at;
 }
 
 void
@@ -204,7 +223,7 @@ db_notifications(void)
 {
 	PGnotify   *n;
 
-	while (conn && (n = PQnotifies(conn)) != NULL)
+	while (sessions[0].conn && (n = PQnotifies(sessions[0].conn)) != NULL)
 	{
 		notify_fn(n->relname, n->extra);
 		PQfreemem(n);
@@ -212,8 +231,10 @@ db_notifications(void)
 }
 
 bool
-db_read(void)
+db_read(int i)
 {
+	PGconn	   *conn = sessions[i].conn;
+
 	if (conn == NULL)
 		return false;
 	if (!PQconsumeInput(conn) || PQstatus(conn) == CONNECTION_BAD)
@@ -221,14 +242,15 @@ db_read(void)
 		logmsg("connection lost: %s", pq_error(conn, NULL));
 		return false;
 	}
-	db_notifications();
+	if (i == 0)
+		db_notifications();
 	return true;
 }
 
 void
-db_close(void)
+db_close(int i)
 {
-	if (conn)
-		PQfinish(conn);
-	conn = NULL;
+	if (sessions[i].conn)
+		PQfinish(sessions[i].conn);
+	sessions[i].conn = NULL;
 }

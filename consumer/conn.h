@@ -1,7 +1,7 @@
 /*
- * conn.h: the database session: connecting (again, with backoff), the
- * handlers' channels and LISTEN, reading what the server sends, and the
- * notifications it delivers.  Knows nothing of jobs.
+ * conn.h: the database sessions: connecting (again, with backoff), the
+ * handlers' channels and LISTEN (on session 0 only), reading what the
+ * server sends, and the notifications it delivers.  Knows nothing of jobs.
  */
 #ifndef VQC_CONN_H
 #define VQC_CONN_H
@@ -10,27 +10,30 @@
 
 #include <libpq-fe.h>
 
+#define MAX_SESSIONS 4
+
 /* Called for each notification on one of our channels. */
 typedef void (*NotifyFn) (const char *channel, const char *payload);
 /* Called on every new session (prepare statements...); false: drop it. */
-typedef bool (*SetupFn) (PGconn *conn);
+typedef bool (*SetupFn) (int session, PGconn *conn);
 
-void		db_init(NotifyFn on_notify, SetupFn on_setup);
-/* The session, or NULL while there is none. */
-PGconn	   *db(void);
+void		db_init(int sessions, NotifyFn on_notify, SetupFn on_setup);
+int			db_sessions(void);
+/* Session i, or NULL while it has none. */
+PGconn	   *db(int i);
 /*
- * Connect when there is no session and the backoff allows (1 s doubling to
- * 30 s); true when connected.  *failures: attempts failed in a row.
+ * Connect session i when it has none and its backoff allows (1 s doubling to
+ * 30 s); true when connected.  *failures: its attempts failed in a row.
  */
-bool		db_ensure(double now, int *failures);
-/* When db_ensure will try again (monotonic), while disconnected. */
-double		db_retry_at(void);
-/* Read what the server sent; deliver notifications.  False: the session is lost. */
-bool		db_read(void);
-/* Deliver notifications libpq holds already. */
+bool		db_ensure(int i, double now, int *failures);
+/* When db_ensure will try session i again (monotonic), while it has none. */
+double		db_retry_at(int i);
+/* Read what the server sent on session i; deliver notifications.  False: it is lost. */
+bool		db_read(int i);
+/* Deliver notifications libpq holds already (session 0). */
 void		db_notifications(void);
-/* Drop the session (lost, or at the end). */
-void		db_close(void);
+/* Drop session i (lost, or at the end). */
+void		db_close(int i);
 /* libpq's error text, without its trailing newline (a static buffer). */
 const char *pq_error(const PGconn *conn, const PGresult *res);
 

@@ -3,7 +3,9 @@
  * <handler>" only after a take of that handler found less than it asked for,
  * so after a full take the next one is sent without waiting for a
  * notification; after a short one, the next waits for a notification or the
- * poll interval.
+ * poll interval.  With several sessions, a take and a reply run on the
+ * server at the same time; the slots a take on its way asked for are
+ * reserved, so that two takes never ask for more than the free concurrency.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +24,7 @@
  * Most replies per call: the server's cost per reply grows with the batch
  * (see README.md), and a reply that waits holds its queue's capacity.
  */
-#define REPLY_MAX 200
+#define REPLY_MAX 1000
 
 typedef enum
 {
@@ -32,16 +34,21 @@ typedef enum
 	REQ_EXTEND
 } ReqKind;
 
-static struct
+typedef struct
 {
+	int			session;
 	ReqKind		kind;
-	Job		  **jobs;			/* reply / extend: the jobs it is about */
-	int			n;
+	Job		  **jobs;			/* room for the jobs of one request */
+	int			n;				/* reply / extend: how many it is about */
 	int			asked;			/* take: max_jobs */
 	PGresult   *error;			/* an error result, kept until the request ends */
 	bool		got_rows;		/* its result came */
+	bool		reserving;		/* take: its asked slots count in `reserved` */
 	double		sent_at;
-}			req;
+} Request;
+
+static Request reqs[MAX_SESSIONS];
+static int	buffer_size;
 
 /* Requests by kind: how many, jobs in them, seconds on their way (for dispatch_summary). */
 static struct
@@ -51,12 +58,11 @@ static struct
 	double		secs;
 }			stats[4];
 
-static Job **buffer;			/* room for the jobs of one request */
-static int	buffer_size;
 static bool take_full = true;	/* the last take got all it asked for: more may be due */
-static bool woken = true;		/* a "due" notification (or the start) since the last take */
+static bool woken = true;		/* a "due" notification (or a new session) since the last take */
 static double next_poll = 0;	/* take without a notification from then on */
 static double next_extend = 0;	/* some lease may need extending from then on */
+static int	reserved = 0;		/* slots asked for by takes on their way */
 static bool stopping = false;
 static bool once_done = false;
 static bool take_failed = false;
@@ -67,13 +73,18 @@ dispatch_init(void)
 	buffer_size = capacity() > REPLY_MAX ? capacity() : REPLY_MAX;
 	if (buffer_size < opt.batch)
 		buffer_size = opt.batch;
-	buffer = xmalloc(sizeof(Job *) * (size_t) buffer_size);
+	for (int i = 0; i < MAX_SESSIONS; i++)
+	{
+		reqs[i].session = i;
+		reqs[i].jobs = xmalloc(sizeof(Job *) * (size_t) buffer_size);
+	}
 }
 
 bool
-dispatch_setup(PGconn *conn)
+dispatch_setup(int session, PGconn *conn)
 {
-	woken = true;				/* catch up with what came while there was no session */
+	if (session == 0)
+		woken = true;			/* catch up with what came while there was no session */
 	return proto_prepare(conn);
 }
 
@@ -119,16 +130,16 @@ take_wanted(double now, int free_slots)
 	if (stopping || once_done || free_slots <= 0)
 		return false;
 	if (opt.once)
-		return take_full || jobs_busy() == 0;
+		return (take_full || jobs_busy() == 0) && reserved == 0;
 	if (woken || now >= next_poll)
 		return true;
 	/* more is due: wait until a good part of a batch fits */
 	return take_full && free_slots >= (worth > 0 ? worth : 1);
 }
 
-/* The held jobs whose lease needs extending soon, into buffer; how many. */
+/* The held jobs whose lease needs extending soon, into jobs[]; how many. */
 static int
-extension_jobs(double now)
+extension_jobs(Job **jobs, double now)
 {
 	int			n = 0;
 
@@ -141,7 +152,7 @@ extension_jobs(double now)
 		if (job->extend_at <= now + job->lease_len / 4)
 		{
 			if (n < buffer_size)
-				buffer[n++] = job;
+				jobs[n++] = job;
 			else
 				next_extend = now;
 		}
@@ -151,67 +162,84 @@ extension_jobs(double now)
 	return n;
 }
 
-static bool
-send_request(ReqKind kind, Job **jobs, int n, int asked)
+static void
+send_request(Request *r, ReqKind kind, int n, int asked)
 {
-	PGconn	   *conn = db();
+	PGconn	   *conn = db(r->session);
 	bool		ok = kind == REQ_TAKE ? proto_send_take(conn, asked) :
-		kind == REQ_REPLY ? proto_send_reply(conn, jobs, n) : proto_send_extend(conn, jobs, n);
+		kind == REQ_REPLY ? proto_send_reply(conn, r->jobs, n) : proto_send_extend(conn, r->jobs, n);
 
-	req.kind = kind;
-	req.jobs = jobs;
-	req.n = n;
-	req.asked = asked;
-	req.error = NULL;
-	req.got_rows = false;
-	req.sent_at = now_sec();
+	r->kind = kind;
+	r->n = n;
+	r->asked = asked;
+	r->error = NULL;
+	r->got_rows = false;
+	r->sent_at = now_sec();
+	r->reserving = kind == REQ_TAKE;
+	if (r->reserving)
+		reserved += asked;
 	if (!ok)
 	{
-		dispatch_connection_lost();
-		db_close();
+		dispatch_connection_lost(r->session);
+		db_close(r->session);
 	}
-	return ok;
+}
+
+/* The next request on session r, if there is one to send. */
+static void
+kick_one(Request *r, double now)
+{
+	int			free_slots = capacity() - jobs_busy() - reserved;
+	int			n;
+
+	if (replies_pending() > 0)
+	{
+		n = replies_take(r->jobs, REPLY_MAX);
+		send_request(r, REQ_REPLY, n, 0);
+	}
+	else if (now >= next_extend && (n = extension_jobs(r->jobs, now)) > 0)
+		send_request(r, REQ_EXTEND, n, 0);
+	else if (take_wanted(now, free_slots))
+	{
+		woken = false;
+		next_poll = now + opt.poll_interval;
+		send_request(r, REQ_TAKE, 0, free_slots < opt.batch ? free_slots : opt.batch);
+	}
 }
 
 void
 dispatch_kick(double now)
 {
-	int			free_slots = capacity() - jobs_busy();
-	int			n;
+	for (int i = 0; i < db_sessions(); i++)
+		if (reqs[i].kind == REQ_NONE && db(i) != NULL)
+			kick_one(&reqs[i], now);
+}
 
-	if (req.kind != REQ_NONE || db() == NULL)
-		return;
-	if (replies_pending() > 0)
-	{
-		n = replies_take(buffer, REPLY_MAX);
-		(void) send_request(REQ_REPLY, buffer, n, 0);
-	}
-	else if (now >= next_extend && (n = extension_jobs(now)) > 0)
-		(void) send_request(REQ_EXTEND, buffer, n, 0);
-	else if (take_wanted(now, free_slots))
-	{
-		woken = false;
-		next_poll = now + opt.poll_interval;
-		(void) send_request(REQ_TAKE, NULL, 0, free_slots < opt.batch ? free_slots : opt.batch);
-	}
+/* A take's slots are no longer reserved. */
+static void
+unreserve(Request *r)
+{
+	if (r->reserving)
+		reserved -= r->asked;
+	r->reserving = false;
 }
 
 /* Start the jobs a take returned (or give them back when stopping). */
 static void
-take_done(const PGresult *res, double now)
+take_done(Request *r, const PGresult *res, double now)
 {
-	int			n = proto_take_result(res, buffer, now);
+	int			n = proto_take_result(res, r->jobs, now);
 
 	stats[REQ_TAKE].jobs += n;
 	if (n > 0)
-		verbose("took %d job(s) (asked for %d)", n, req.asked);
-	take_full = n >= req.asked;
+		verbose("took %d job(s) (asked for %d)", n, r->asked);
+	take_full = n >= r->asked;
 	/* (a short take may be the queue's capacity: --once ends when one finds nothing at all) */
 	if (opt.once && n == 0 && jobs_busy() == 0)
 		once_done = true;
 	for (int i = 0; i < n; i++)
 	{
-		Job		   *job = buffer[i];
+		Job		   *job = r->jobs[i];
 
 		if (job->extend_at < next_extend)
 			next_extend = job->extend_at;
@@ -226,12 +254,12 @@ take_done(const PGresult *res, double now)
 
 /* A request failed with an error (not a lost session). */
 static void
-request_failed(const PGresult *res, double now)
+request_failed(Request *r, const PGresult *res, double now)
 {
 	static const char *const names[] = {"", "vq_take_jobs", "vq_reply_jobs", "vq_extend_leases"};
 
-	logmsg("%s failed: %s", names[req.kind], pq_error(db(), res));
-	if (req.kind == REQ_TAKE)
+	logmsg("%s failed: %s", names[r->kind], pq_error(db(r->session), res));
+	if (r->kind == REQ_TAKE)
 	{
 		take_full = false;
 		take_failed = true;
@@ -240,103 +268,119 @@ request_failed(const PGresult *res, double now)
 		else
 			logmsg("taking again in %g s", opt.poll_interval);
 	}
-	else if (req.kind == REQ_REPLY)
+	else if (r->kind == REQ_REPLY)
 	{
-		logmsg("%d repl%s not delivered", req.n, req.n == 1 ? "y" : "ies");
-		for (int i = 0; i < req.n; i++)
-			job_free(req.jobs[i]);
+		logmsg("%d repl%s not delivered", r->n, r->n == 1 ? "y" : "ies");
+		for (int i = 0; i < r->n; i++)
+			job_free(r->jobs[i]);
 	}
 	else
-		for (int i = 0; i < req.n; i++)
+		for (int i = 0; i < r->n; i++)
 		{
-			req.jobs[i]->extend_at = now + 1.0;
+			r->jobs[i]->extend_at = now + 1.0;
 			next_extend = now + 1.0;
 		}
 }
 
-/* The request's result came. */
+/* The request's rows came. */
 static void
-request_done(const PGresult *res, double now)
+request_done(Request *r, const PGresult *res, double now)
 {
-	switch (req.kind)
+	switch (r->kind)
 	{
 		case REQ_TAKE:
-			take_done(res, now);
+			take_done(r, res, now);
 			break;
 		case REQ_REPLY:
-			stats[REQ_REPLY].jobs += req.n;
-			proto_reply_result(res, req.jobs, req.n);
-			for (int i = 0; i < req.n; i++)
-				job_free(req.jobs[i]);
+			stats[REQ_REPLY].jobs += r->n;
+			proto_reply_result(res, r->jobs, r->n);
+			for (int i = 0; i < r->n; i++)
+				job_free(r->jobs[i]);
 			break;
 		case REQ_EXTEND:
-			proto_extend_result(res, req.jobs, req.n, now, cancel_job);
-			for (int i = 0; i < req.n; i++)
-				if (!req.jobs[i]->lease_lost && req.jobs[i]->extend_at < next_extend)
-					next_extend = req.jobs[i]->extend_at;
+			stats[REQ_EXTEND].jobs += r->n;
+			proto_extend_result(res, r->jobs, r->n, now, cancel_job);
+			for (int i = 0; i < r->n; i++)
+				if (!r->jobs[i]->lease_lost && r->jobs[i]->extend_at < next_extend)
+					next_extend = r->jobs[i]->extend_at;
 			break;
 		case REQ_NONE:
 			break;
 	}
 }
 
-void
-dispatch_results(double now)
+/* The request is over (its results all read). */
+static void
+request_end(Request *r, double now)
 {
-	PGconn	   *conn = db();
-	PGresult   *res;
-
-	while (conn && req.kind != REQ_NONE && !PQisBusy(conn))
-	{
-		if ((res = PQgetResult(conn)) == NULL)
-		{
-			/* the request is over */
-			if (PQstatus(conn) == CONNECTION_BAD)
-			{
-				logmsg("connection lost: %s", pq_error(conn, req.error));
-				dispatch_connection_lost();
-				db_close();
-				return;
-			}
-			if (req.error)
-				request_failed(req.error, now);
-			else if (!req.got_rows)
-				logmsg("no result from the server");
-			PQclear(req.error);
-			req.error = NULL;
-			stats[req.kind].calls++;
-			stats[req.kind].secs += now_sec() - req.sent_at;
-			req.kind = REQ_NONE;
-			break;
-		}
-		if (PQresultStatus(res) == PGRES_TUPLES_OK && !req.got_rows && req.error == NULL)
-		{
-			req.got_rows = true;
-			request_done(res, now);
-			PQclear(res);
-		}
-		else if (req.error == NULL && PQresultStatus(res) != PGRES_TUPLES_OK)
-			req.error = res;
-		else
-			PQclear(res);
-	}
-	db_notifications();
+	if (r->error)
+		request_failed(r, r->error, now);
+	else if (!r->got_rows)
+		logmsg("no result from the server");
+	PQclear(r->error);
+	r->error = NULL;
+	stats[r->kind].calls++;
+	stats[r->kind].secs += now_sec() - r->sent_at;
+	unreserve(r);
+	r->kind = REQ_NONE;
 }
 
 void
-dispatch_connection_lost(void)
+dispatch_results(int session, double now)
 {
-	if (req.kind == REQ_REPLY)
+	Request    *r = &reqs[session];
+	PGconn	   *conn = db(session);
+	PGresult   *res;
+
+	while (conn && r->kind != REQ_NONE && !PQisBusy(conn))
+	{
+		if ((res = PQgetResult(conn)) == NULL)
+		{
+			if (PQstatus(conn) == CONNECTION_BAD)
+			{
+				logmsg("connection lost: %s", pq_error(conn, r->error));
+				dispatch_connection_lost(session);
+				db_close(session);
+				return;
+			}
+			request_end(r, now);
+			break;
+		}
+		if (PQresultStatus(res) == PGRES_TUPLES_OK && !r->got_rows && r->error == NULL)
+		{
+			r->got_rows = true;
+			unreserve(r);		/* (a take's jobs are busy from now on) */
+			request_done(r, res, now);
+			PQclear(res);
+		}
+		else if (r->error == NULL && PQresultStatus(res) != PGRES_TUPLES_OK)
+			r->error = res;
+		else
+			PQclear(res);
+	}
+	if (session == 0)
+		db_notifications();
+}
+
+void
+dispatch_connection_lost(int session)
+{
+	Request    *r = &reqs[session];
+
+	if (r->kind == REQ_REPLY)
 	{
 		logmsg("the session was lost during a reply: it is sent again after the reconnection");
-		replies_putback(req.jobs, req.n);
+		replies_putback(r->jobs, r->n);
 	}
-	else if (req.kind == REQ_TAKE)
+	else if (r->kind == REQ_TAKE)
+	{
 		logmsg("the session was lost during a take: jobs it may have taken come back when their lease expires");
-	PQclear(req.error);
-	req.error = NULL;
-	req.kind = REQ_NONE;
-	take_full = false;
+		take_full = false;
+	}
+	unreserve(r);
+	PQclear(r->error);
+	r->error = NULL;
+	r->kind = REQ_NONE;
 }
 
 void
@@ -359,7 +403,10 @@ dispatch_wake_at(PollSet *ps)
 bool
 dispatch_idle(void)
 {
-	return req.kind == REQ_NONE;
+	for (int i = 0; i < MAX_SESSIONS; i++)
+		if (reqs[i].kind != REQ_NONE)
+			return false;
+	return true;
 }
 
 bool
@@ -381,6 +428,6 @@ dispatch_summary(void)
 
 	for (int k = REQ_TAKE; k <= REQ_EXTEND; k++)
 		if (stats[k].calls > 0)
-			logmsg("%s: %ld call(s), %ld job(s), %.3f s waiting for the server", names[k],
-					stats[k].calls, stats[k].jobs, stats[k].secs);
+			verbose("%s: %ld call(s), %ld job(s), %.3f s waiting for the server", names[k],
+				   stats[k].calls, stats[k].jobs, stats[k].secs);
 }

@@ -83,15 +83,21 @@ stop_timers(PollSet *ps, double now)
 		ps_wake_at(ps, kill_phase == 0 ? stop_deadline : kill_at);
 }
 
-/* A session, if one can be had; gives up (--once, stopping) after a few attempts. */
+/*
+ * The sessions, if they can be had; true when session 0 is there (the
+ * others only add throughput).  Gives up (--once, stopping) after a few
+ * failed attempts of session 0.
+ */
 static bool
-ensure_session(double now)
+ensure_sessions(double now)
 {
 	int			failures = 0;
 
 	if (gave_up)
 		return false;
-	if (db_ensure(now, &failures))
+	for (int i = 1; i < db_sessions(); i++)
+		(void) db_ensure(i, now, &failures);
+	if (db_ensure(0, now, &failures))
 		return true;
 	if ((opt.once || stop_begun) && failures >= GIVE_UP_CONNECT_TRIES)
 	{
@@ -127,16 +133,27 @@ finished(void)
 	return !opt.coprocess || co_all_stopped();
 }
 
+/* Add the sessions' sockets (idx[i], -1 for none) and their reconnection times. */
+static void
+add_sessions(PollSet *ps, int *idx)
+{
+	for (int i = 0; i < db_sessions(); i++)
+	{
+		idx[i] = db(i) ? ps_add(ps, PQsocket(db(i)), POLLIN) : -1;
+		if (db(i) == NULL && !gave_up)
+			ps_wake_at(ps, db_retry_at(i));
+	}
+}
+
 /* One poll() and what it found. */
 static void
 wait_and_handle(PollSet *ps, double now)
 {
 	int			sig_idx = ps_add(ps, signals_fd(), POLLIN);
-	int			db_idx = db() ? ps_add(ps, PQsocket(db()), POLLIN) : -1;
+	int			db_idx[MAX_SESSIONS];
 	double		left;
 
-	if (db() == NULL && !gave_up)
-		ps_wake_at(ps, db_retry_at());
+	add_sessions(ps, db_idx);
 	if (opt.coprocess)
 		co_poll_add(ps, now);
 	else
@@ -149,14 +166,16 @@ wait_and_handle(PollSet *ps, double now)
 	now = now_sec();
 	if (ps_revents(ps, sig_idx))
 		signals_drain();
-	if (ps_revents(ps, db_idx))
+	for (int i = 0; i < db_sessions(); i++)
 	{
-		if (db_read())
-			dispatch_results(now);
+		if (!ps_revents(ps, db_idx[i]))
+			continue;
+		if (db_read(i))
+			dispatch_results(i, now);
 		else
 		{
-			dispatch_connection_lost();
-			db_close();
+			dispatch_connection_lost(i);
+			db_close(i);
 		}
 	}
 	if (opt.coprocess)
@@ -178,7 +197,7 @@ loop_run(void)
 		reap_children();
 		if (finished())
 			break;
-		if (ensure_session(now))
+		if (ensure_sessions(now))
 			dispatch_kick(now);
 		ps.n = 0;
 		ps.timeout_at = now + 60;

@@ -37,10 +37,11 @@ main(int argc, char **argv)
 	dispatch_init();
 	if (opt.coprocess)
 		co_init();
-	db_init(dispatch_notification, dispatch_setup);
+	db_init(opt.sessions, dispatch_notification, dispatch_setup);
 	rc = loop_run();
 	dispatch_summary();
-	db_close();
+	for (int i = 0; i < db_sessions(); i++)
+		db_close(i);
 	signals_close();
 	return rc;
 }
