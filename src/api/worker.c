@@ -157,6 +157,7 @@ InterceptTaken(Tuplestorestate *store, TupleDesc desc)
 		VqInterceptDispatch(job);
 	}
 	ExecDropSingleTupleTableSlot(slot);
+	tuplestore_rescan(store);	/* (whoever reads the result reads it from its start) */
 }
 
 /* Take jobs into store (VQ_TAKE_COLUMNS); the common part of vq_take_jobs and vq_pull. */
