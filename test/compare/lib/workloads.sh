@@ -28,7 +28,7 @@ cmp_sizes() {
         # pg-boss: w = work() calls, b = batchSize, p = pollingIntervalSeconds (its minimum)
         CMP_PGBOSS_DRAINS=("w=2,b=5000,p=0.5" "w=1,b=10000,p=0.5")
         # vq_consumer --coprocess: k = consumers, b = --batch
-        CMP_COPROC_DRAINS=("k=1,b=100")
+        CMP_COPROC_DRAINS=("k=1,b=200")
         CMP_COPROC_JOBS=5000
     else
         CMP_ENQ_JOBS=20000
@@ -40,7 +40,7 @@ cmp_sizes() {
         CMP_VQ_DRAIN_DELAY=8
         CMP_GRAPHILE_DRAINS=("c=10" "c=10,lq=500,bd=0" "c=24,lq=1000,bd=0" "c=24,lq=1000,bd=250")
         CMP_PGBOSS_DRAINS=("w=1,b=5000,p=0.5" "w=2,b=5000,p=0.5" "w=4,b=5000,p=0.5" "w=1,b=10000,p=0.5")
-        CMP_COPROC_DRAINS=("k=1,b=100" "k=2,b=100")
+        CMP_COPROC_DRAINS=("k=1,b=200" "k=2,b=200")
         CMP_COPROC_JOBS=50000
     fi
     # The lowest poll interval each peer allows: pg-boss asserts >= 0.5 s; graphile-worker
