@@ -184,14 +184,19 @@ send_request(Request *r, ReqKind kind, int n, int asked)
 	}
 }
 
-/* The next request on session r, if there is one to send. */
+/*
+ * The next request on session r, if there is one to send: replies once a
+ * batch of them is waiting, lease extensions, a take, then the replies
+ * waiting (a reply costs the server less per job in a larger batch, so
+ * while takes keep a session busy, replies gather).
+ */
 static void
 kick_one(Request *r, double now)
 {
 	int			free_slots = capacity() - jobs_busy() - reserved;
 	int			n;
 
-	if (replies_pending() > 0)
+	if (replies_pending() >= opt.batch)
 	{
 		n = replies_take(r->jobs, REPLY_MAX);
 		send_request(r, REQ_REPLY, n, 0);
@@ -203,6 +208,11 @@ kick_one(Request *r, double now)
 		woken = false;
 		next_poll = now + opt.poll_interval;
 		send_request(r, REQ_TAKE, 0, free_slots < opt.batch ? free_slots : opt.batch);
+	}
+	else if (replies_pending() > 0)
+	{
+		n = replies_take(r->jobs, REPLY_MAX);
+		send_request(r, REQ_REPLY, n, 0);
 	}
 }
 
