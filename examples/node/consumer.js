@@ -1,25 +1,23 @@
 #!/usr/bin/env node
-// consumer.js: an external consumer of the NOTIFY handler shop.render-invoice.
+// consumer.js: the worker of the external handler shop.render-invoice, with the vq-job library
+// (clients/node).
 //
 //   node consumer.js
 //
-// LISTENs on the handler's channel; each announcement names a job ({"execution_id", "attempt"})
-// and nothing else, so the job and its payload are taken with vq_take, which checks who asks.
-// vq_pull catches up at start and every few seconds (jobs announced while no consumer
-// listened). The invoice row and vq_complete commit together: if the reply is ignored (the
-// attempt timed out meanwhile) the invoice is rolled back too. A render error is replied with
-// vq_fail, which retries with the queue's backoff or dead-letters the job.
-// Connects with the libpq variables, directly (LISTEN needs a session: not through a
-// transaction pooler). Prints "listening" when ready; stops on SIGTERM or SIGINT.
+// The Worker LISTENs on the handler's channel and takes due jobs in batches (vq_take_jobs), runs
+// renderInvoice for each and replies for many at once (vq_reply_jobs): a handler that returns
+// completes the job, one that throws fails the attempt with the error's message (retried with
+// the queue's backoff, then dead-lettered). A job is replied after its handler returned, so a
+// worker that dies in between leaves it to be run again (at least once): the invoice row is
+// written idempotently (one per execution_id). Connects with the libpq variables, directly
+// (through a transaction pooler, give it a direct listenConnectionString). Prints "listening"
+// when ready; stops gracefully on SIGTERM or SIGINT (jobs in flight finish and are replied).
 'use strict';
 
-const { Client } = require('pg');
+const { Pool } = require('pg');
+const { Worker } = require('vq-job');
 
 const HANDLER = 'shop.render-invoice';
-const CHANNEL = 'shop_invoice';
-const PULL_EVERY_MS = 5000;
-const PULL_BATCH = 10;
-const COLUMNS = 'execution_id, attempt, payload, cancel_requested';
 
 const log = (msg) => console.log(`consumer.js: ${msg}`);
 
@@ -34,83 +32,32 @@ function renderInvoice(payload, attempt) {
   return `invoice for order ${payload.order_id}`;
 }
 
-// Run one taken job and reply.
-async function handle(client, job) {
-  const { execution_id: id, attempt, payload } = job;
-  if (job.cancel_requested) {
-    // vq_cancel asked this job to stop: any reply records it CANCELLED.
-    await client.query('SELECT vq_fail($1, $2, $3)', [id, 'cancelled before rendering', attempt]);
-    return;
-  }
-  try {
-    renderInvoice(payload, attempt);
-  } catch (err) {
-    const { rows: [r] } = await client.query('SELECT vq_fail($1, $2, $3) AS accepted', [id, err.message, attempt]);
-    log(`${id} attempt ${attempt} failed: ${err.message}${r.accepted ? '' : ' (reply ignored)'}`);
-    return;
-  }
-  await client.query('BEGIN');
-  try {
-    await client.query('INSERT INTO shop.invoice (order_id, execution_id, rendered_by) VALUES ($1, $2, $3)',
-      [payload.order_id, id, 'node']);
-    const { rows: [r] } = await client.query('SELECT vq_complete($1, $2) AS accepted', [id, attempt]);
-    await client.query(r.accepted ? 'COMMIT' : 'ROLLBACK');
-    log(`${id} attempt ${attempt} ${r.accepted ? 'completed' : 'reply ignored, invoice rolled back'}`);
-  } catch (err) {
-    await client.query('ROLLBACK');
-    await client.query('SELECT vq_fail($1, $2, $3)', [id, err.message, attempt]);
-    log(`${id} attempt ${attempt} failed: ${err.message}`);
-  }
-}
-
 async function main() {
-  const client = new Client();
-  await client.connect();
-
-  const announced = [];
-  let wake = () => {};
-  let stopping = false;
-  client.on('notification', (msg) => {
-    try {
-      const { execution_id: id, attempt } = JSON.parse(msg.payload);
-      announced.push({ id, attempt });
-    } catch (err) {
-      log(`ignoring a notification that is not an announcement: ${JSON.stringify(msg.payload)}`);
-    }
-    wake();
+  const pool = new Pool({ max: 4 });
+  const worker = new Worker({
+    concurrency: 4,
+    logger: { info: log, warn: log, error: log },
+    handlers: {
+      [HANDLER]: async (payload, job) => {
+        try {
+          renderInvoice(payload, job.attempt);
+        } catch (err) {
+          log(`${job.id} attempt ${job.attempt} failed: ${err.message}`);
+          throw err;
+        }
+        await pool.query(`INSERT INTO shop.invoice (order_id, execution_id, rendered_by) VALUES ($1, $2, $3)
+                          ON CONFLICT (execution_id) DO NOTHING`, [payload.order_id, job.id, 'node']);
+        job.log(`rendered the invoice of order ${payload.order_id}`);
+        log(`${job.id} attempt ${job.attempt} completed`);
+      },
+    },
   });
-  for (const sig of ['SIGTERM', 'SIGINT']) {
-    process.on(sig, () => { stopping = true; wake(); });
-  }
-
-  // LISTEN before the first pull, so that no job falls between the two.
-  await client.query(`LISTEN ${client.escapeIdentifier(CHANNEL)}`);
+  await worker.start();
+  // SIGTERM / SIGINT: stop taking, finish and reply the jobs in flight, close the connections.
+  worker.stopOnSignals(['SIGTERM', 'SIGINT']);
   log('listening');
-  let nextPull = 0;
-  while (!stopping) {
-    if (Date.now() >= nextPull) {
-      let rows;
-      do {
-        ({ rows } = await client.query(`SELECT ${COLUMNS} FROM vq_pull($1, $2)`, [HANDLER, PULL_BATCH]));
-        for (const job of rows) await handle(client, job);
-      } while (rows.length === PULL_BATCH && !stopping);
-      nextPull = Date.now() + PULL_EVERY_MS;
-    }
-    while (announced.length > 0 && !stopping) {
-      const { id, attempt } = announced.shift();
-      // No row: another consumer took it, or it is not ours to take.
-      const { rows } = await client.query(`SELECT ${COLUMNS} FROM vq_take($1, $2, $3)`, [id, attempt, HANDLER]);
-      for (const job of rows) await handle(client, job);
-    }
-    if (!stopping && announced.length === 0) {
-      await new Promise((resolve) => {
-        const timer = setTimeout(resolve, Math.max(0, nextPull - Date.now()));
-        wake = () => { clearTimeout(timer); resolve(); };
-      });
-      wake = () => {};
-    }
-  }
-  await client.end();
+  await worker.stopped;
+  await pool.end();
   log('stopped');
 }
 

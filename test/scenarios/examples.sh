@@ -11,7 +11,7 @@
 #      connection, so every transaction of every client shares it): the context set with
 #      SET LOCAL semantics works and does not leak, while a session-level vq_context_set does
 #      leak to the next client (why the examples never rely on session state);
-#   3. the NOTIFY consumers (vq_take / vq_pull / vq_complete / vq_fail): the orders' invoice
+#   3. the NOTIFY consumers (Node: the vq-job library; Python: vq_pull / vq_complete / vq_fail): the orders' invoice
 #      jobs and, per language, a job that completes, one that fails once then completes, one
 #      that fails until it is dead-lettered, with the exact transitions and invoice rows; the
 #      consumer stops cleanly on SIGTERM;

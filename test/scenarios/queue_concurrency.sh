@@ -4,7 +4,8 @@
 # vq.executors_per_database = 2 (the default), vq.max_executors = 16 (the default).
 #   1. queue qc_slow (capacity 10) gets ten jobs of a handler sleeping 2 s, queue qc_fast
 #      (capacity 100) 1,000 no-op jobs, in one transaction: the ten slow jobs all start within
-#      1 s of the commit (so they run at once, each in its own process), and the 1,000 fast jobs
+#      2 s of the commit, before any of them ended (so they run at once, each in its own
+#      process), and the 1,000 fast jobs
 #      all finish within 2 s of it; a queue's claim order is kept (qc_fast's jobs, enqueued with
 #      priorities, start in priority order within each executor's batches: checked as "no job
 #      of priority 0 finished before the first of priority 5 started").
@@ -77,7 +78,8 @@ got="$(q "SELECT round((max(extract(epoch FROM ended)) FILTER (WHERE tag = 'fast
             FROM qc_ran")"
 IFS='|' read -r fast_done slow_started slow_pids <<<"$got"
 log "fast jobs all done ${fast_done} s after the commit; last slow job started after ${slow_started} s; slow jobs ran in $slow_pids processes"
-awk -v s="$slow_started" 'BEGIN { exit !(s <= 1.0) }' || fail "the last of the ten slow jobs started ${slow_started} s after the commit, expected <= 1 s (capacity 10)"
+# (a slow job lasts 2 s: started within it, none waited for another to end, on a machine however busy)
+awk -v s="$slow_started" 'BEGIN { exit !(s < 2.0) }' || fail "the last of the ten slow jobs started ${slow_started} s after the commit, expected < 2 s, before any slow job ended (capacity 10)"
 assert_eq 10 "$slow_pids" "processes the ten slow jobs ran in"
 awk -v s="$fast_done" 'BEGIN { exit !(s <= 2.0) }' || fail "the 1,000 fast jobs took ${fast_done} s, expected <= 2 s (not behind the slow ones)"
 inverted="$(q "SELECT count(*) FROM qc_ran WHERE tag = 'fast' AND priority = 0

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # worker_retention.sh: executor 0 deletes finished jobs with their history and logs.
-#   With vq.retention_finished = 2 s and vq.retention_dead_letter = 4 s:
+#   With vq.retention_finished = 5 s and vq.retention_dead_letter = 8 s (long enough for the
+#   checks before them to run on a busy machine):
 #    - COMPLETED (inline/visible) and CANCELLED (one enqueued, one ended by cooperative
 #      cancellation while it ran) jobs disappear, with their vq.job_transition and vq.job_log rows in the same instant,
-#      no sooner than finished_at + 2 s and within 3 s after that; DEAD_LETTER jobs the same
-#      with 4 s;
+#      no sooner than finished_at + 5 s and within 3 s after that; DEAD_LETTER jobs the same
+#      with 8 s;
 #    - unfinished jobs are kept with their history: ENQUEUED in the future, ENQUEUED for a
 #      retry (FAILED once), RUNNING a long handler (on executor 1, while executor 0 deletes).
 #   With -1 for both settings nothing is deleted (3 s).
@@ -98,9 +99,11 @@ wait_for "SELECT count(*) = 2 FROM pg_stat_activity
            WHERE backend_type = 'vq_job executor' AND datname = current_database()" 10 \
     "the 2 executors of $PGDATABASE"
 
-# ==== retention 2 s / 4 s =====================================================================
-set_config vq.retention_finished 2
-set_config vq.retention_dead_letter 4
+# ==== retention 5 s / 8 s =====================================================================
+set_config vq.retention_finished 5
+set_config vq.retention_dead_letter 8
+# (the long job's log line stays unsaved while it runs: its history must read the same before and after)
+set_config vq.progress_flush_interval_ms 0
 
 # A long job RUNNING on executor 1 (executor 0 deletes): start two, one per executor, and let
 # the one on executor 0 end by cooperative cancellation (it is CANCELLED, then deleted too).
@@ -115,6 +118,8 @@ on_ex0="$(q "SELECT j.execution_id FROM vq.job j JOIN pg_stat_activity a ON a.pi
 if [[ "$on_ex0" == "$r1" ]]; then R0="$r1" R="$r2"; else R0="$r2" R="$r1"; fi
 assert_eq CANCEL_REQUESTED "$(q "SELECT vq_cancel('$R0')")" "vq_cancel of the long job on executor 0"
 wait_state "$R0" CANCELLED 5
+declare -A fin=()
+fin[R0]="$(finished_ms "$R0")"
 
 log "finished and unfinished jobs"
 C="$(q "SELECT vq_enqueue('ok', '{}')")"
@@ -124,8 +129,11 @@ X="$(q "SELECT vq_enqueue('ok', '{}', run_at => now() + interval '1 hour')")"
 # shellcheck disable=SC2034  # F is read indirectly, as ${!n}
 F="$(q "SELECT vq_enqueue('ok', '{}', run_at => now() + interval '1 hour')")"
 assert_eq CANCELLED "$(q "SELECT vq_cancel('$X')")" "vq_cancel of a future job"
+fin[X]="$(finished_ms "$X")"
 wait_state "$C" COMPLETED 5
+fin[C]="$(finished_ms "$C")"
 wait_state "$D" DEAD_LETTER 5
+fin[D]="$(finished_ms "$D")"
 wait_for "SELECT state = 'ENQUEUED' AND attempt_number = 1 AND scheduled_at > now() + interval '50 minutes'
             FROM vq.job WHERE execution_id = '$F2'" 5 "job $F2 re-enqueued an hour later after a failure"
 
@@ -143,10 +151,13 @@ keep_before="$(for n in F F2 R; do echo "$n $(history "${!n}")"; done)"
 
 # Watch the finished jobs go: when each row disappears, and that its transitions and logs
 # went with it (never a moment with orphans).
-declare -A fin=() ret=() gone=()
-for n in C R0 X; do fin[$n]="$(finished_ms "${!n}")" ret[$n]=2; done
-fin[D]="$(finished_ms "$D")" ret[D]=4
-deadline=$((fin[D] + 4000 + 3000))
+declare -A ret=() gone=()
+for n in C R0 X; do ret[$n]=5; done
+ret[D]=8
+for n in C R0 X D; do
+    [[ -n "${fin[$n]:-}" ]] || fail "job $n has no finished_at (deleted before the checks could read it?)"
+done
+deadline=$((fin[D] + 8000 + 3000))
 values=""
 for n in C R0 X D; do values+="('$n', '${!n}'::uuid),"; done
 watch_sql="SELECT coalesce(string_agg(v.n, ',' ORDER BY v.n) FILTER (WHERE j.execution_id IS NULL), '') || '|' ||
@@ -155,7 +166,7 @@ watch_sql="SELECT coalesce(string_agg(v.n, ',' ORDER BY v.n) FILTER (WHERE j.exe
                   (SELECT count(*) FROM vq.job_log l JOIN (VALUES ${values%,}) w(n, id) ON l.execution_id = w.id
                     WHERE NOT EXISTS (SELECT 1 FROM vq.job j2 WHERE j2.execution_id = w.id))
              FROM (VALUES ${values%,}) v(n, id) LEFT JOIN vq.job j ON j.execution_id = v.id"
-log "waiting for C, R0, X (2 s) and D (4 s) to be deleted"
+log "waiting for C, R0, X (5 s) and D (8 s) to be deleted"
 while ((${#gone[@]} < 4)); do
     IFS='|' read -r gone_list orphans <<<"$(q "$watch_sql")"
     t="$(now_ms)"

@@ -53,6 +53,12 @@ SELECT * FROM vq_extend_leases('{00000000-0000-0000-0000-000000000000}', '{0}');
 SELECT vq_log_jobs('{00000000-0000-0000-0000-000000000000}', '{0}', '{INFO}', '{x}') AS lines;
 SELECT vq_complete('00000000-0000-0000-0000-000000000000');
 SELECT vq_fail('00000000-0000-0000-0000-000000000000', 'x');
+-- A take in a transaction of its own commits without waiting for its WAL flush; in the
+-- caller's transaction block it leaves the commit as it is.
+BEGIN;
+SELECT count(*) FROM vq_take_jobs(ARRAY['cons_h']);
+SHOW synchronous_commit;
+ROLLBACK;
 -- In a transaction that keeps its snapshot, a take is refused.
 BEGIN ISOLATION LEVEL REPEATABLE READ;
 SELECT * FROM vq_take_jobs(ARRAY['cons_h']);
