@@ -28,7 +28,7 @@ cmp_sizes() {
         # pg-boss: w = work() calls, b = batchSize, p = pollingIntervalSeconds (its minimum)
         CMP_PGBOSS_DRAINS=("w=2,b=5000,p=0.5" "w=1,b=10000,p=0.5")
         # vq_consumer --coprocess: k = consumers, b = --batch
-        CMP_COPROC_DRAINS=("k=4,b=100")
+        CMP_COPROC_DRAINS=("k=1,b=200")
         CMP_COPROC_JOBS=5000
     else
         CMP_ENQ_JOBS=20000
@@ -40,7 +40,7 @@ cmp_sizes() {
         CMP_VQ_DRAIN_DELAY=8
         CMP_GRAPHILE_DRAINS=("c=10" "c=10,lq=500,bd=0" "c=24,lq=1000,bd=0" "c=24,lq=1000,bd=250")
         CMP_PGBOSS_DRAINS=("w=1,b=5000,p=0.5" "w=2,b=5000,p=0.5" "w=4,b=5000,p=0.5" "w=1,b=10000,p=0.5")
-        CMP_COPROC_DRAINS=("k=4,b=100" "k=8,b=100")
+        CMP_COPROC_DRAINS=("k=1,b=200" "k=2,b=200")
         CMP_COPROC_JOBS=50000
     fi
     # The lowest poll interval each peer allows: pg-boss asserts >= 0.5 s; graphile-worker
@@ -181,10 +181,11 @@ cmp_drain_vq() {
     cmp_put sql drain_setting "$cbest_set"
 }
 
-# vq_job with a NOTIFY handler run by vq_consumer --coprocess (sed answers "ok" to every job):
+# vq_job with a NOTIFY handler run by vq_consumer --coprocess (sed answers "ok" to every job; not
+# `sed -u`, which reads one byte per system call and caps the drain at a few thousand jobs/s):
 # the backlog (CMP_COPROC_JOBS) is loaded into the paused queue 'nq', the consumers start, the
-# queue is resumed; rate = jobs / (last finished_at - resume). Each job costs the consumer a
-# synchronous reply commit, so more consumers (sharing WAL flushes) drain faster.
+# queue is resumed; rate = jobs / (last finished_at - resume). A consumer takes and replies in
+# batches (--batch) on two sessions, with up to 4 x --batch lines outstanding in its coprocess.
 cmp_drain_coproc() {
     local setting k b i t0 rate best="" best_set="" pids=()
     for setting in "${CMP_COPROC_DRAINS[@]}"; do
@@ -197,13 +198,13 @@ cmp_drain_coproc() {
         pids=()
         for ((i = 1; i <= k; i++)); do
             "$CMP_CONSUMER" --dbname "dbname=$PGDATABASE" --channel compare_nt --handler nt --batch "$b" \
-                --coprocess -- sed -u 's/.*/ok/' >"$CMP_WORK/raw/vq.consumer.$setting.$i.log" 2>&1 &
+                --coprocess -- stdbuf -oL sed 's/.*/ok/' >"$CMP_WORK/raw/vq.consumer.$setting.$i.log" 2>&1 &
             pids+=($!)
             CMP_BG_PIDS+=($!)
         done
-        # Listening: a consumer LISTENs, then catches up with vq_pull (nothing: the queue is paused).
+        # Listening: a consumer LISTENs, then takes (nothing: the queue is paused).
         cmp_wait "SELECT count(*) = $k FROM pg_stat_activity WHERE application_name = 'vq_consumer'
-                  AND state = 'idle' AND query LIKE '%vq_pull%'" 30 "$k consumer(s) listening"
+                  AND state = 'idle' AND query LIKE '%vq_take_jobs%'" 30 "$k consumer(s) listening"
         t0="$(cmp_q "SELECT vq_resume_queue('nq'); SELECT clock_timestamp()" | tail -n 1)"
         cmp_wait "SELECT count(*) = $CMP_COPROC_JOBS FROM vq.job WHERE handler = 'nt' AND state = 'COMPLETED'" 600 \
             "the consumers to complete $CMP_COPROC_JOBS jobs"
