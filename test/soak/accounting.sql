@@ -186,7 +186,8 @@ CREATE TEMP TABLE ab AS
 SELECT t.execution_id, t.attempt_number, t.at, t.error,
        CASE WHEN t.error LIKE 'executor process % stopped while the job was running' THEN 'death'
             WHEN t.error LIKE 'execution timed out%' THEN 'timeout'
-            WHEN t.error LIKE 'no reply within%' THEN 'noreply'
+            -- (a worker outside the server that held the job did not answer in time)
+            WHEN t.error LIKE 'lease expired at % with no reply from the worker' THEN 'noreply'
             ELSE 'other' END AS cause,
        (SELECT max(c.at) FROM st c WHERE c.execution_id = t.execution_id AND c.kind = 'CLAIMED'
            AND c.attempt_number = t.attempt_number AND c.at <= t.at) AS claimed_at

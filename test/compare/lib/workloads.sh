@@ -183,8 +183,8 @@ cmp_drain_vq() {
 
 # vq_job with a NOTIFY handler run by vq_consumer --coprocess (sed answers "ok" to every job):
 # the backlog (CMP_COPROC_JOBS) is loaded into the paused queue 'nq', the consumers start, the
-# queue is resumed; rate = jobs / (last finished_at - resume). Each job costs the consumer a
-# synchronous reply commit, so more consumers (sharing WAL flushes) drain faster.
+# queue is resumed; rate = jobs / (last finished_at - resume). A consumer takes and replies in
+# batches (--batch), with up to twice --batch lines outstanding in its coprocess.
 cmp_drain_coproc() {
     local setting k b i t0 rate best="" best_set="" pids=()
     for setting in "${CMP_COPROC_DRAINS[@]}"; do
@@ -201,9 +201,9 @@ cmp_drain_coproc() {
             pids+=($!)
             CMP_BG_PIDS+=($!)
         done
-        # Listening: a consumer LISTENs, then catches up with vq_pull (nothing: the queue is paused).
+        # Listening: a consumer LISTENs, then takes (nothing: the queue is paused).
         cmp_wait "SELECT count(*) = $k FROM pg_stat_activity WHERE application_name = 'vq_consumer'
-                  AND state = 'idle' AND query LIKE '%vq_pull%'" 30 "$k consumer(s) listening"
+                  AND state = 'idle' AND query LIKE '%vq_take_jobs%'" 30 "$k consumer(s) listening"
         t0="$(cmp_q "SELECT vq_resume_queue('nq'); SELECT clock_timestamp()" | tail -n 1)"
         cmp_wait "SELECT count(*) = $CMP_COPROC_JOBS FROM vq.job WHERE handler = 'nt' AND state = 'COMPLETED'" 600 \
             "the consumers to complete $CMP_COPROC_JOBS jobs"
