@@ -10,7 +10,7 @@
 #include "args.h"
 #include "util.h"
 
-Options		opt = {.conninfo = "", .concurrency = 1, .batch = 100, .pipeline = 0,
+Options		opt = {.conninfo = "", .concurrency = 1, .batch = 200, .pipeline = 0,
 .poll_interval = 5.0, .stop_timeout = 30.0, .lease = 0};
 
 enum
@@ -38,7 +38,7 @@ usage(FILE *f)
 			"  -H, --handler NAME         handler whose jobs to take (repeatable, up to %d)\n"
 			"  -c, --channel NAME         also LISTEN on NAME (the handlers' channels are looked up)\n"
 			"  -n, --concurrency N        commands, or coprocesses, at once (default 1)\n"
-			"  -b, --batch N              most jobs one take asks for (default 100)\n"
+			"  -b, --batch N              most jobs one take asks for (default 200)\n"
 			"      --pipeline N           coprocess mode: job lines outstanding per coprocess\n"
 			"                             (default 4 x --batch)\n"
 			"      --sessions N           database sessions carrying takes and replies, 1 to 4\n"

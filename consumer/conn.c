@@ -60,10 +60,19 @@ pq_error(const PGconn *c, const PGresult *res)
 
 	if (msg == NULL || *msg == '\0')
 		msg = c ? PQerrorMessage(c) : "no connection";
-	snprintf(buf, sizeof(buf), "%s", msg);
-	n = strlen(buf);
-	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
-		buf[--n] = '\0';
+	/* one line: libpq's line breaks and tabs become single spaces */
+	for (n = 0; *msg != '\0' && n < sizeof(buf) - 1; msg++)
+	{
+		bool		space = *msg == '\n' || *msg == '\t' || *msg == ' ';
+
+		if (!space)
+			buf[n++] = *msg;
+		else if (n > 0 && buf[n - 1] != ' ')
+			buf[n++] = ' ';
+	}
+	while (n > 0 && buf[n - 1] == ' ')
+		n--;
+	buf[n] = '\0';
 	return buf;
 }
 

@@ -34,7 +34,7 @@ bool		db_read(int i);
 void		db_notifications(void);
 /* Drop session i (lost, or at the end). */
 void		db_close(int i);
-/* libpq's error text, without its trailing newline (a static buffer). */
+/* libpq's error text on one line (a static buffer). */
 const char *pq_error(const PGconn *conn, const PGresult *res);
 
 #endif

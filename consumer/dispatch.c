@@ -70,9 +70,8 @@ static bool take_failed = false;
 void
 dispatch_init(void)
 {
-	buffer_size = capacity() > REPLY_MAX ? capacity() : REPLY_MAX;
-	if (buffer_size < opt.batch)
-		buffer_size = opt.batch;
+	/* (more leases to extend than that: the rest go in the next call) */
+	buffer_size = opt.batch > REPLY_MAX ? opt.batch : REPLY_MAX;
 	for (int i = 0; i < MAX_SESSIONS; i++)
 	{
 		reqs[i].session = i;
@@ -392,12 +391,18 @@ dispatch_stop(void)
 }
 
 void
-dispatch_wake_at(PollSet *ps)
+dispatch_wake_at(PollSet *ps, double now)
 {
+	/*
+	 * (a time already past: its request waits for a session, whose answer
+	 * wakes the loop anyway; never spin)
+	 */
+	double		soon = now + 0.05;
+
 	if (!stopping && !once_done && !opt.once && capacity() > jobs_busy())
-		ps_wake_at(ps, next_poll);
+		ps_wake_at(ps, next_poll > soon ? next_poll : soon);
 	if (jobs_busy() > 0)
-		ps_wake_at(ps, next_extend);
+		ps_wake_at(ps, next_extend > soon ? next_extend : soon);
 }
 
 bool

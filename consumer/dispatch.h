@@ -29,7 +29,7 @@ void		dispatch_connection_lost(int session);
 /* Stop taking; give back what was taken and not started. */
 void		dispatch_stop(void);
 /* Wake at the next poll or lease extension. */
-void		dispatch_wake_at(PollSet *ps);
+void		dispatch_wake_at(PollSet *ps, double now);
 /* No request on its way on any session. */
 bool		dispatch_idle(void);
 /* --once: a take found nothing while nothing ran (or a take failed). */

@@ -158,7 +158,7 @@ wait_and_handle(PollSet *ps, double now)
 		co_poll_add(ps, now);
 	else
 		run_poll_add(ps);
-	dispatch_wake_at(ps);
+	dispatch_wake_at(ps, now);
 	stop_timers(ps, now);
 	left = ps->timeout_at - now_sec();
 	if (poll(ps->fds, (nfds_t) ps->n, left <= 0 ? 0 : (int) (left * 1000) + 1) < 0 && errno != EINTR)

@@ -32,8 +32,9 @@ cmp_sizes() {
         CMP_NODE_DRAINS=("c=1000,b=500" "c=2000,b=1000")
         # ... through clients/python: the class, c = concurrency, b = batch_size
         CMP_PY_DRAINS=("Worker:c=100" "AsyncWorker:c=100")
-        # ... through vq_consumer --coprocess: n = --concurrency (coprocesses), b = --batch
-        CMP_COPROC_DRAINS=("n=2,b=500")
+        # ... through vq_consumer --coprocess: k = consumers (default 1), n = --concurrency
+        # (coprocesses per consumer), b = --batch
+        CMP_COPROC_DRAINS=("n=2,b=200" "k=2,n=1,b=200")
         # the two-step SQL ceiling: pgbench clients
         CMP_CEIL2_CLIENTS=(1 2 4)
     else
@@ -48,7 +49,7 @@ cmp_sizes() {
         CMP_PGBOSS_DRAINS=("w=1,b=5000,p=0.5" "w=2,b=5000,p=0.5" "w=4,b=5000,p=0.5" "w=1,b=10000,p=0.5")
         CMP_NODE_DRAINS=("c=500,b=500" "c=1000,b=500" "c=1000,b=1000" "c=2000,b=1000" "c=2000,b=1000,p=4" "c=4000,b=2000,p=4")
         CMP_PY_DRAINS=("Worker:c=100" "Worker:c=500,b=500" "AsyncWorker:c=100" "AsyncWorker:c=500,b=500")
-        CMP_COPROC_DRAINS=("n=1,b=100" "n=2,b=500" "n=4,b=1000" "n=8,b=1000")
+        CMP_COPROC_DRAINS=("n=1,b=200" "n=2,b=200" "n=4,b=1000" "k=2,n=1,b=200" "k=2,n=2,b=500")
         CMP_CEIL2_CLIENTS=(1 2 4)
     fi
     CMP_CEIL2_CLAIM=500          # rows the two-step ceiling claims per transaction
@@ -247,34 +248,38 @@ cmp_drain_python() {
     cmp_drain_lib py "clients/python" "${CMP_PY_DRAINS[@]}"
 }
 
-# vq_consumer --coprocess --concurrency N: N coprocesses, each a sed answering "ok" to every job
-# line (`stdbuf -oL sed` reads what the pipe holds and flushes each answer; `sed -u` would read
-# one byte per system call and limit the consumer; Debian's awk, mawk, waits for a full input
-# buffer before it answers anything, and stalls the consumer).
+# K x vq_consumer --coprocess --concurrency N: N coprocesses each, each a sed answering "ok" to
+# every job line (`stdbuf -oL sed` reads what the pipe holds and flushes each answer; `sed -u`
+# would read one byte per system call and limit the consumer; Debian's awk, mawk, waits for a
+# full input buffer before it answers anything, and stalls the consumer).
 cmp_drain_coproc() {
-    local setting n b t0 rate pid log stats
+    local setting k n b i t0 rate pids log stats
     for setting in "${CMP_COPROC_DRAINS[@]}"; do
+        k="$(sed -n 's/.*k=\([0-9]*\).*/\1/p' <<<"$setting")"
         n="$(sed -n 's/.*n=\([0-9]*\).*/\1/p' <<<"$setting")"
         b="$(sed -n 's/.*b=\([0-9]*\).*/\1/p' <<<"$setting")"
-        log="$CMP_WORK/raw/vq.consumer.$setting.log"
+        log="$CMP_WORK/raw/vq.consumer.$setting"
         cmp_reset vq
         cmp_ext_load "$CMP_DRAIN_JOBS"
         cmp_q "ANALYZE vq.job" >/dev/null
         cmp_q "CHECKPOINT" >/dev/null
         t0="$(cmp_q "SELECT clock_timestamp()")"
-        "$CMP_CONSUMER" --dbname "dbname=$PGDATABASE" --handler ext --concurrency "$n" --batch "$b" \
-            --coprocess -- stdbuf -oL sed 's/.*/ok/' >"$log" 2>&1 &
-        pid=$!
-        CMP_BG_PIDS+=("$pid")
+        pids=()
+        for ((i = 1; i <= ${k:-1}; i++)); do
+            "$CMP_CONSUMER" --dbname "dbname=$PGDATABASE" --handler ext --concurrency "$n" --batch "$b" \
+                --coprocess -- stdbuf -oL sed 's/.*/ok/' >"$log.$i.log" 2>&1 &
+            pids+=($!)
+            CMP_BG_PIDS+=($!)
+        done
         cmp_wait "$CMP_EXT_DONE_SQL" 300 "vq_consumer to complete $CMP_DRAIN_JOBS jobs" ||
-            { tail -n 20 "$log" >&2; return 1; }
-        kill -TERM "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
+            { tail -n 20 "$log".*.log >&2; return 1; }
+        kill -TERM "${pids[@]}" 2>/dev/null || true
+        wait "${pids[@]}" 2>/dev/null || true
         stats="$(cmp_q "SELECT count(*) FILTER (WHERE state = 'COMPLETED'),
                                round($CMP_DRAIN_JOBS / extract(epoch FROM max(finished_at) - '$t0'::timestamptz))
                         FROM vq.job WHERE handler = 'ext'")"
         [[ "${stats%%|*}" == "$CMP_DRAIN_JOBS" ]] ||
-            { tail -n 20 "$log" >&2; vq_err "vq_consumer ($setting): ${stats%%|*} of $CMP_DRAIN_JOBS jobs COMPLETED"; return 1; }
+            { tail -n 20 "$log".*.log >&2; vq_err "vq_consumer ($setting): ${stats%%|*} of $CMP_DRAIN_JOBS jobs COMPLETED"; return 1; }
         rate="${stats#*|}"
         vq_log "vq: drain of $CMP_DRAIN_JOBS, vq_consumer --coprocess, $setting: $rate jobs/s"
         cmp_best vq coproc "$setting" "$rate"
