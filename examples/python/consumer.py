@@ -1,34 +1,34 @@
 #!/usr/bin/python3
-"""consumer.py: an external consumer of the NOTIFY handler shop.render-invoice.
+"""consumer.py: the worker of the external handler shop.render-invoice, with the vq_job library
+(clients/python).
 
     /usr/bin/python3 consumer.py
 
-LISTENs on the handler's channel; each announcement names a job ({"execution_id", "attempt"}) and
-nothing else, so the job and its payload are taken with vq_take, which checks who asks. vq_pull
-catches up at start and every few seconds (jobs announced while no consumer listened). The
-invoice row and vq_complete commit together: if the reply is ignored (the attempt timed out
-meanwhile) the invoice is rolled back too. A render error is replied with vq_fail, which retries
-with the queue's backoff or dead-letters the job.
+The Worker LISTENs on the handler's channel and takes due jobs in batches (vq_take_jobs), runs
+render_invoice for each and replies for many at once (vq_reply_jobs): a handler that returns
+completes the job, one that raises fails the attempt with the exception's message (retried with
+the queue's backoff, then dead-lettered). A job is replied after its handler returned, so a
+worker that dies in between leaves it to be run again (at least once): the invoice row is
+written idempotently (one per execution_id). Connects with the libpq variables, directly
+(through a transaction pooler, give it a direct listen_conninfo). Prints "listening" when ready;
+stops gracefully on SIGTERM or SIGINT (jobs in flight finish and are replied).
 
-Connects with the libpq variables, directly (LISTEN needs a session: not through a transaction
-pooler), twice: one connection only listens, the other takes and replies. Prints "listening"
-when ready; stops on SIGTERM or SIGINT.
+Uses the library from this repository (clients/python) unless vq_job is installed
+(pip install clients/python).
 """
-import json
 import os
-import select
-import signal
 import sys
-import time
+import threading
 
 import psycopg
-from psycopg import sql
+
+try:
+    import vq_job
+except ImportError:
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "clients", "python"))
+    import vq_job
 
 HANDLER = "shop.render-invoice"
-CHANNEL = "shop_invoice"
-PULL_EVERY_S = 5.0
-PULL_BATCH = 10
-COLUMNS = "execution_id, attempt, payload, cancel_requested"
 
 
 def log(msg):
@@ -48,88 +48,36 @@ def render_invoice(payload, attempt):
     return f"invoice for order {payload['order_id']}"
 
 
-def handle(conn, job):
-    """Run one taken job and reply."""
-    job_id, attempt, payload, cancel_requested = job
-    if cancel_requested:
-        # vq_cancel asked this job to stop: any reply records it CANCELLED.
-        conn.execute("SELECT vq_fail(%s, %s, %s)", [job_id, "cancelled before rendering", attempt])
-        return
-    try:
-        render_invoice(payload, attempt)
-    except RenderError as err:
-        accepted = conn.execute("SELECT vq_fail(%s, %s, %s)", [job_id, str(err), attempt]).fetchone()[0]
-        log(f"{job_id} attempt {attempt} failed: {err}{'' if accepted else ' (reply ignored)'}")
-        return
-    try:
-        with conn.transaction() as tx:
-            conn.execute("INSERT INTO shop.invoice (order_id, execution_id, rendered_by) VALUES (%s, %s, %s)",
-                         [payload["order_id"], job_id, "python"])
-            accepted = conn.execute("SELECT vq_complete(%s, %s)", [job_id, attempt]).fetchone()[0]
-            if not accepted:
-                raise psycopg.Rollback(tx)
-        log(f"{job_id} attempt {attempt} {'completed' if accepted else 'reply ignored, invoice rolled back'}")
-    except psycopg.Error as err:
-        conn.execute("SELECT vq_fail(%s, %s, %s)", [job_id, str(err), attempt])
-        log(f"{job_id} attempt {attempt} failed: {err}")
-
-
-def pull(conn):
-    """Take and run the announced jobs no consumer took yet."""
-    while True:
-        jobs = conn.execute(f"SELECT {COLUMNS} FROM vq_pull(%s, %s)", [HANDLER, PULL_BATCH]).fetchall()
-        for job in jobs:
-            handle(conn, job)
-        if len(jobs) < PULL_BATCH:
-            return
-
-
-def announcements(listen):
-    """The (execution_id, attempt) of the notifications that arrived on the listening connection."""
-    listen.pgconn.consume_input()
-    found = []
-    while (n := listen.pgconn.notifies()) is not None:
-        try:
-            msg = json.loads(n.extra)
-            found.append((msg["execution_id"], msg["attempt"]))
-        except (ValueError, KeyError, TypeError):
-            log(f"ignoring a notification that is not an announcement: {n.extra!r}")
-    return found
-
-
 def main():
-    stopping = []
-    # A signal writes to this pipe, which wakes the select() below at once.
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stopping.append(True))
+    # One connection per handler thread, for the invoice rows (the worker has its own).
+    local = threading.local()
 
-    with psycopg.connect("", autocommit=True) as listen, psycopg.connect("", autocommit=True) as work:
-        # LISTEN before the first pull, so that no job falls between the two.
-        listen.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
-        log("listening")
-        next_pull = 0.0
-        while not stopping:
-            if time.monotonic() >= next_pull:
-                pull(work)
-                next_pull = time.monotonic() + PULL_EVERY_S
-            ready, _, _ = select.select([listen.fileno(), wake_r], [], [],
-                                        max(0.0, next_pull - time.monotonic()))
-            if wake_r in ready:
-                os.read(wake_r, 512)
-            if listen.fileno() in ready:
-                for job_id, attempt in announcements(listen):
-                    # No row: another consumer took it, or it is not ours to take.
-                    for job in work.execute(f"SELECT {COLUMNS} FROM vq_take(%s, %s, %s)",
-                                            [job_id, attempt, HANDLER]).fetchall():
-                        handle(work, job)
+    def connection():
+        if getattr(local, "conn", None) is None:
+            local.conn = psycopg.connect("", autocommit=True)
+        return local.conn
+
+    def handle(payload, job):
+        try:
+            render_invoice(payload, job.attempt)
+        except RenderError as err:
+            log(f"{job.id} attempt {job.attempt} failed: {err}")
+            raise
+        connection().execute("INSERT INTO shop.invoice (order_id, execution_id, rendered_by) VALUES (%s, %s, %s)"
+                             " ON CONFLICT (execution_id) DO NOTHING", [payload["order_id"], job.id, "python"])
+        job.log(f"rendered the invoice of order {payload['order_id']}")
+        log(f"{job.id} attempt {job.attempt} completed")
+
+    worker = vq_job.Worker("", handlers={HANDLER: handle}, concurrency=4)
+    # SIGTERM / SIGINT: stop taking, finish and reply the jobs in flight, close the connections.
+    worker.stop_on_signals()
+    threading.Thread(target=lambda: worker.ready.wait() and log("listening"), daemon=True).start()
+    worker.run()
     log("stopped")
 
 
 if __name__ == "__main__":
     try:
         main()
-    except psycopg.Error as err:
+    except (psycopg.Error, ValueError) as err:
         sys.exit(f"consumer.py: {err}")

@@ -1,27 +1,30 @@
 #!/usr/bin/env bash
 # test/bench/notify_snapshot.sh — the other searches for work under a held snapshot: NOTIFY jobs
-# (announcement, vq_pull, the in-flight count of every claim, the rescue of unanswered jobs)
-# and the outbox relay, with steady arrivals before, during and after a long-held snapshot.
+# (the workers' takes from their claim positions, the in-flight count of every claim and take,
+# the executors' look for expired leases) and the outbox relay, with steady arrivals before,
+# during and after a long-held snapshot.
 #
 # Workload. A queue bn_q (max_concurrent_jobs 500) with a NOTIFY handler bn_notify, and a
 # PL/pgSQL no-op handler bn_noop on the 'default' queue.
 #   producers  pgbench, 2 clients, -R 50 transactions/s, each:
 #                SELECT vq_enqueue_many('bn_notify', <10 payloads>);   -> 500 NOTIFY jobs/s
 #                SELECT vq_outbox_publish('bn_noop', <payload>) x 5;   -> 250 outbox rows/s
-#   consumers  pgbench, 2 clients, no rate limit (they poll as fast as they can):
-#                SELECT count(vq_complete(execution_id, attempt)) FROM vq_pull('bn_notify', 50);
+#   consumers  pgbench, 2 clients, no rate limit (they poll as fast as they can), each a worker:
+#                a take of up to 50 (vq_take_jobs, its own transaction), then one reply for the
+#                jobs it got (vq_reply_jobs, complete; another transaction)
 # Phases (NOTIFY_BEFORE_SECS / NOTIFY_HELD_SECS / NOTIFY_AFTER_SECS, default 60 / 300 / 60;
 # NOTIFY_QUICK=1: 30 / 60 / 30): load only; load with a REPEATABLE READ snapshot held by a
 # session idle in transaction (vacuum can remove nothing); load after its COMMIT.
 #
 # Per 10-s window (computed after the run from vq.job and vq.outbox; nothing is deleted):
 #   ended / p50 / p99   NOTIFY jobs that ended, and their latency created_at -> finished_at
-#                       (enqueue -> announced -> pulled -> replied) in ms
+#                       (enqueue -> taken -> replied) in ms
 #   waiting             NOTIFY jobs enqueued so far and not ended at the window's end
 #   relayed / p50 / p99 outbox rows relayed, and their latency created_at -> published_at (ms)
 #   exec cpu            CPU time of the database's executor processes (utime + stime from
 #                       /proc), in ms per second of the window: what their searches cost
-#   pull/s / pull ms    the consumers' statements per second and mean latency (pgbench -P 10)
+#   take/s / take ms    the consumers' take-and-reply rounds per second and their mean latency
+#                       (pgbench -P 10)
 #   job MB              pg_total_relation_size of vq.job_active
 # Summary: per phase the worst window p99 and the executor CPU median, and the ratio of the
 # held phase's last minute to the phase before (a search that walks the dead entries of the
@@ -69,7 +72,7 @@ cleanup() {
 trap cleanup EXIT
 
 log "notify bench: $(qa "SELECT version()" | cut -d' ' -f1-2), fsync=$(qa "SHOW fsync"), $(nproc) CPUs, load average $(loadavg)"
-log "  500 NOTIFY jobs/s (vq_pull + vq_complete by 2 polling consumers) and 250 outbox rows/s;" \
+log "  500 NOTIFY jobs/s (vq_take_jobs + vq_reply_jobs by 2 polling workers) and 250 outbox rows/s;" \
     "phases: $BEFORE s before, $HELD s with a held snapshot, $AFTER s after"
 qa "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >/dev/null
 qa "CREATE DATABASE $DB" >/dev/null
@@ -84,18 +87,30 @@ cat >"$TMPD/produce.sql" <<'SQL'
 SELECT vq_enqueue_many('bn_notify', ARRAY(SELECT jsonb_build_object('n', g) FROM generate_series(1, 10) g));
 SELECT count(vq_outbox_publish('bn_noop', jsonb_build_object('n', g))) FROM generate_series(1, 5) g;
 SQL
-echo "SELECT count(vq_complete(execution_id, attempt)) FROM vq_pull('bn_notify', 50);" >"$TMPD/consume.sql"
-# both scripts once, so that a mistake fails now rather than after the run
-"${PSQL[@]}" -d "$DB" -f "$TMPD/produce.sql" -f "$TMPD/consume.sql" >/dev/null
+# (pgbench puts the arrays' text into the reply's literals)
+cat >"$TMPD/consume.sql" <<'SQL'
+SELECT coalesce(array_agg(execution_id)::text, '{}') AS ids, coalesce(array_agg(attempt)::text, '{}') AS attempts
+  FROM vq_take_jobs('{bn_notify}', 50) \gset
+SELECT count(*) AS ignored FROM vq_reply_jobs(':ids'::uuid[], ':attempts'::integer[]) \gset
+SQL
+# both scripts once, so that a mistake fails now rather than after the run (a pgbench transaction
+# of the consumer's, which takes what the producer's just enqueued, and must have all its replies
+# applied)
+"${PSQL[@]}" -d "$DB" -f "$TMPD/produce.sql" >/dev/null
+"$PGBENCH" -n -t 1 -f "$TMPD/consume.sql" "$DB" >"$TMPD/consume-once.log" 2>&1 ||
+    { echo "notify bench: the consumers' script failed" >&2; cat "$TMPD/consume-once.log" >&2; exit 1; }
+[[ "$(q "SELECT count(*) FROM vq.job WHERE handler = 'bn_notify' AND state = 'COMPLETED'")" == 10 ]] ||
+    { echo "notify bench: the consumers' script did not complete the 10 jobs it took" >&2; exit 1; }
 
 # executor_cpu_ms: CPU time so far (ms) of this database's executors
 executor_cpu_ms() {
-    local pids pid sum=0 ticks
+    local pids pid sum=0 ticks t
     ticks="$(getconf CLK_TCK)"
     pids="$(q "SELECT pid FROM pg_stat_activity WHERE backend_type = 'vq_job executor' AND datname = current_database()")"
     for pid in $pids; do
-        [[ -r "/proc/$pid/stat" ]] || continue
-        sum=$((sum + $(awk '{ print $14 + $15 }' "/proc/$pid/stat")))
+        # (an executor may exit meanwhile: one started on demand stops after idling 10 s)
+        t="$(awk '{ print $14 + $15 }' "/proc/$pid/stat" 2>/dev/null)" || continue
+        sum=$((sum + ${t:-0}))
     done
     echo $((sum * 1000 / ticks))
 }
@@ -130,12 +145,12 @@ wait "${PIDS[0]}" "${PIDS[1]}" || { echo "notify bench: pgbench failed" >&2; cat
 PIDS=()
 
 # the windows, from the rows
-awk '/^progress: / { print $2 + 0, $4, $7 }' "$TMPD/consumers.log" >"$TMPD/pulls.tsv"
+awk '/^progress: / { print $2 + 0, $4, $7 }' "$TMPD/consumers.log" >"$TMPD/takes.tsv"
 "${PSQL[@]}" -d "$DB" -At -F $'\t' >"$TMPD/windows.tsv" <<SQL
 CREATE TEMP TABLE s (k int, at float8, cpu bigint, mb numeric);
 \\copy s FROM '$TMPD/samples.tsv'
 CREATE TEMP TABLE p (t int, tps numeric, ms numeric);
-\\copy p FROM '$TMPD/pulls.tsv' WITH (DELIMITER ' ')
+\\copy p FROM '$TMPD/takes.tsv' WITH (DELIMITER ' ')
 WITH w AS (SELECT k, to_timestamp(at) AS t1, to_timestamp(lag(at) OVER (ORDER BY k)) AS t0, at - lag(at) OVER (ORDER BY k) AS secs,
                   cpu - lag(cpu) OVER (ORDER BY k) AS dcpu, mb FROM s)
 SELECT w.k * $INTERVAL,
@@ -160,7 +175,7 @@ SQL
 
 log
 printf '%-6s %-7s %7s %8s %9s %8s %8s %8s %9s %9s %7s %8s %7s\n' end_s phase ended p50_ms p99_ms waiting relayed rel_p50 rel_p99 \
-    exec_cpu pull/s pull_ms job_MB
+    exec_cpu take/s take_ms job_MB
 awk -F'\t' '{ printf "%-6s %-7s %7s %8s %9s %8s %8s %8s %9s %9s %7s %8s %7s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13 }' \
     "$TMPD/windows.tsv"
 

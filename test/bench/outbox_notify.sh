@@ -24,11 +24,12 @@
 #                per job (vq_consumer ... -- true). Each: 1,000 jobs of a NOTIFY handler enqueued
 #                one per transaction 10 ms apart (pre-commit stamps as in 1); round trip = commit
 #                timestamp of the consumer's reply (the job row's final xmin, COMPLETED) -
-#                pre-commit stamp. Goal p50 <= 2 ms. Stages (medians): pre-commit -> announced
-#                (CLAIMED transition's at) -> announcement committed (commit timestamp of that
-#                transition) -> consumer took it (consumer_claimed_at, set by vq_take) -> reply
-#                written (finished_at) -> reply committed. 3b's fourth stage includes starting
-#                'true', about 1 ms here (printed for comparison).
+#                pre-commit stamp. Goal p50 <= 2 ms. Stages (medians): pre-commit -> enqueue
+#                committed (commit timestamp of the enqueuing transaction) -> consumer took it
+#                (consumer_claimed_at, set by its vq_take_jobs: the executor's "due" notification,
+#                the consumer's wake-up and its take) -> reply written (finished_at) -> reply
+#                committed. 3b's third stage includes starting 'true', about 1 ms here (printed
+#                for comparison).
 #   Parts 1 and 3 also print the stage means of their slowest 10% (where the tail comes from).
 #   For context (no goal), parts 1 and 3 are repeated with 300 jobs under synchronous_commit = off
 #   for the whole cluster (ALTER SYSTEM; also vq.worker_synchronous_commit = off when the build has
@@ -258,15 +259,13 @@ LEFT JOIN bench.post s ON s.n = p.n;
 CREATE VIEW bench.notify_lat AS
 SELECT e.n,
        1000 * extract(epoch FROM pg_xact_commit_timestamp(j.xmin) - e.pre_commit) AS total,
-       1000 * extract(epoch FROM t.at - e.pre_commit) AS s1,                                         -- announced
-       1000 * extract(epoch FROM pg_xact_commit_timestamp(t.xmin) - t.at) AS s2,                     -- announcement committed
-       1000 * extract(epoch FROM j.consumer_claimed_at - pg_xact_commit_timestamp(t.xmin)) AS s3,    -- taken by vq_take
-       1000 * extract(epoch FROM j.finished_at - j.consumer_claimed_at) AS s4,                       -- reply written
-       1000 * extract(epoch FROM pg_xact_commit_timestamp(j.xmin) - j.finished_at) AS s5,            -- reply committed
+       1000 * extract(epoch FROM pg_xact_commit_timestamp(e.xmin) - e.pre_commit) AS s1,             -- enqueue committed
+       1000 * extract(epoch FROM j.consumer_claimed_at - pg_xact_commit_timestamp(e.xmin)) AS s2,    -- taken (vq_take_jobs)
+       1000 * extract(epoch FROM j.finished_at - j.consumer_claimed_at) AS s3,                       -- reply written
+       1000 * extract(epoch FROM pg_xact_commit_timestamp(j.xmin) - j.finished_at) AS s4,            -- reply committed
        1000 * extract(epoch FROM s.post_commit - e.pre_commit) AS commit_rt
-FROM bench.enq e
+FROM bench.enq e                                              -- its xmin: the enqueuing transaction
 JOIN vq.job_finished j ON j.execution_id = e.execution_id     -- its xmin: the reply that ended the job
-JOIN vq.job_transition_data t ON t.execution_id = e.execution_id AND t.kind = 'CLAIMED'
 LEFT JOIN bench.post s ON s.n = e.n;
 
 -- Autovacuum off on the tables involved, so that a worker waking in one run only adds no noise
@@ -572,6 +571,7 @@ notify_run() {
     kill -0 "$CONSUMER_PID" 2>/dev/null || { tail -n 20 "$WORK/consumer_$2.log" >&2; die "the consumer exited (log above)"; }
     wait_until "(SELECT count(*) = $1 FROM vq.job WHERE handler = 'nt' AND state = 'COMPLETED')" 60 \
         "the consumer to complete all $1 jobs"
+    # (a take and a completion store no transition: vq.job_transition shows the two the row implies)
     bad="$(q "SELECT (SELECT count(*) FROM vq.job WHERE handler = 'nt' AND (attempt_number <> 0 OR consumer_claimed_at IS NULL))
                      || ' ' || (SELECT count(*) FROM vq.job_transition WHERE kind = 'CLAIMED')
                      || ' ' || (SELECT count(*) FROM vq.job_transition)")"
@@ -582,8 +582,8 @@ notify_run() {
 # notify_measure TAG LABEL CONSUMER-ARGS...: start the reference consumer with CONSUMER-ARGS (after
 # --dbname/--channel/--handler), measure the round trip, add summary rows labelled LABEL, stop it.
 notify_measure() {
-    local tag="$1" label="$2" v n nts p50 p90 p99 pmax s1 s2 s3 s4 s5 commit_rt tn tt tc t1 t2 t3 t4 t5 post
-    local w0 w1 sync_ms c50 c90 c99 cmax c1 c2 c3 c4 c5
+    local tag="$1" label="$2" v n nts p50 p90 p99 pmax s1 s2 s3 s4 commit_rt tn tt tc t1 t2 t3 t4 post
+    local w0 w1 sync_ms c50 c90 c99 cmax c1 c2 c3 c4
     shift 2
     "$CONSUMER" --dbname "dbname=$DB" --channel "$CHANNEL" --handler nt "$@" >"$WORK/consumer_$tag.log" 2>&1 &
     CONSUMER_PID=$!
@@ -595,41 +595,40 @@ notify_measure() {
     notify_run "$NLAT" "$tag"
     w1="$(wal_sync_stats)"
     sync_ms="$(wal_flush_ms "$w0" "$w1")"
-    IFS='|' read -r n nts p50 p90 p99 pmax s1 s2 s3 s4 s5 commit_rt <<<"$(lat_stats notify_lat 5)"
+    IFS='|' read -r n nts p50 p90 p99 pmax s1 s2 s3 s4 commit_rt <<<"$(lat_stats notify_lat 4)"
     [[ "$n" == "$NLAT" && "$nts" == "$NLAT" ]] || die "notify: $n of $NLAT jobs matched their stamps, $nts with a commit timestamp"
     log "  reply committed - pre-commit stamp: p50 $p50 ms, p90 $p90, p99 $p99, max $pmax"
-    log "  stages (medians, ms): pre-commit -> announced (CLAIMED at) $s1; -> announcement committed $s2;" \
-        "-> taken by vq_take (consumer_claimed_at) $s3; -> reply written (finished_at) $s4; -> reply committed $s5"
+    log "  stages (medians, ms): pre-commit -> enqueue committed $s1; -> taken by vq_take_jobs (consumer_claimed_at) $s2;" \
+        "-> reply written (finished_at) $s3; -> reply committed $s4"
     log "  enqueuer's COMMIT round trip (pre-commit stamp -> client stamp after COMMIT returned) p50 $commit_rt ms"
     # The same round trip counted from the enqueuer's client stamp after its COMMIT returned
     # (the job was committed by then), for comparison with peers measured from there.
     post="$(post_commit_stats notify_lat)"
     log "  reply committed - client stamp after the enqueuer's COMMIT returned: p50 / p99 $post ms"
-    read -r tn tt tc t1 t2 t3 t4 t5 <<<"$(lat_tail notify_lat 5)"
-    log "  slowest 10% ($tn jobs, mean $tt ms): stage means $t1 / $t2 / $t3 / $t4 / $t5 ms; their enqueuer's COMMIT round trip $tc ms"
+    read -r tn tt tc t1 t2 t3 t4 <<<"$(lat_tail notify_lat 4)"
+    log "  slowest 10% ($tn jobs, mean $tt ms): stage means $t1 / $t2 / $t3 / $t4 ms; their enqueuer's COMMIT round trip $tc ms"
     log "  mean WAL flush of the client backends during the run: $sync_ms ms"
     if le "$p50" "$GOAL_NOTIFY_P50"; then v=PASS; else v=MISS; fi
     summary "3$tag. NOTIFY round trip, $label (pre-commit -> reply committed), p50 ms" "$p50" "<= $GOAL_NOTIFY_P50" "$v"
     summary "   p90 / p99 / max ms" "$p90 / $p99 / $pmax" "" ""
     summary "   context: from the enqueuer's stamp after COMMIT returned, p50 / p99 ms" "$post" "" ""
-    summary "   stage p50 ms: enqueue commit + wake + claim -> announced" "$s1" "" ""
-    summary "   stage p50 ms: announced -> announcement commit timestamp" "$s2" "" ""
-    summary "   stage p50 ms: -> consumer took it (vq_take)" "$s3" "" ""
-    summary "   stage p50 ms: -> reply written (run the job, vq_complete)" "$s4" "" ""
-    summary "   stage p50 ms: -> reply commit timestamp" "$s5" "" ""
-    summary "   slowest 10%: stage means ms (same five stages)" "$t1 / $t2 / $t3 / $t4 / $t5" "" ""
+    summary "   stage p50 ms: pre-commit -> enqueue commit timestamp" "$s1" "" ""
+    summary "   stage p50 ms: -> consumer took it (due notification, wake-up, vq_take_jobs)" "$s2" "" ""
+    summary "   stage p50 ms: -> reply written (take commit, run the job, the reply)" "$s3" "" ""
+    summary "   stage p50 ms: -> reply commit timestamp" "$s4" "" ""
+    summary "   slowest 10%: stage means ms (same four stages)" "$t1 / $t2 / $t3 / $t4" "" ""
     summary "   slowest 10%: mean enqueuer COMMIT round trip ms (median: $commit_rt)" "$tc" "" ""
     summary "   context: mean WAL flush ms (client backends)" "$sync_ms" "" ""
     if [[ "$CONTEXT" == 1 ]]; then
         async_everywhere
         notify_run "$NWARM" "$tag"      # every process (the consumer's session too) has the setting by now
         notify_run "$NCTX" "$tag"
-        IFS='|' read -r n nts c50 c90 c99 cmax c1 c2 c3 c4 c5 _ <<<"$(lat_stats notify_lat 5)"
+        IFS='|' read -r n nts c50 c90 c99 cmax c1 c2 c3 c4 _ <<<"$(lat_stats notify_lat 4)"
         [[ "$nts" == "$NCTX" ]] || die "notify (synchronous_commit = off): $nts of $NCTX jobs with a commit timestamp"
         log "  context, synchronous_commit = off (cluster-wide), $NCTX jobs: p50 $c50 ms, p90 $c90, p99 $c99, max $cmax;" \
-            "stages $c1 / $c2 / $c3 / $c4 / $c5"
+            "stages $c1 / $c2 / $c3 / $c4"
         summary "   context: p50 / p99 ms with synchronous_commit = off" "$c50 / $c99" "" ""
-        summary "   context: stage p50s with synchronous_commit = off" "$c1 / $c2 / $c3 / $c4 / $c5" "" ""
+        summary "   context: stage p50s with synchronous_commit = off" "$c1 / $c2 / $c3 / $c4" "" ""
     fi
     reset_gucs
     stop_consumer

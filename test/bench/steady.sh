@@ -45,9 +45,9 @@
 #                  run_at <= now(), which includes rows locked by a claim in progress)
 #   claims / buf/job  pg_stat_statements deltas of the executors' claim statements (query text
 #                  starting with SELECT and containing 'FROM vq.job' and 'FOR UPDATE SKIP LOCKED';
-#                  retention, progress and vq_pull statements start with WITH/UPDATE and are not
-#                  counted): calls, and (shared_blks_hit + shared_blks_read) / rows, i.e. shared
-#                  buffers touched per claimed job. pg_stat_statements must be preloaded: when it
+#                  retention, progress and the workers' take statements (vq_take_jobs, vq_pull)
+#                  start with WITH/UPDATE and are not counted): calls, and (shared_blks_hit +
+#                  shared_blks_read) / rows, i.e. shared buffers touched per claimed job. pg_stat_statements must be preloaded: when it
 #                  is not, the bench sets shared_preload_libraries = '<current>,pg_stat_statements'
 #                  with ALTER SYSTEM and restarts the server (pg_ctl -m fast, through
 #                  scripts/lib.sh's vq_cluster_restart); a probe job, in a database of its own,

@@ -4,7 +4,9 @@
 #   privilege checks do not hide what is behind them), each argument in turn gets every bad
 #   value of its type (NULL, empty, 10 MB, quotes and semicolons, unicode, 129 characters,
 #   extreme numbers, non-object and deeply nested JSON, empty / NULL-holding / 100,000-element
-#   arrays, infinite timestamps, names that are not identifiers) while the others keep a
+#   arrays (of text, uuid, integer, bigint, timestamptz: the worker protocol's vq_take_jobs,
+#   vq_reply_jobs, vq_extend_leases, vq_log_jobs, vq_progress_jobs), infinite timestamps,
+#   leases out of bounds, names that are not identifiers) while the others keep a
 #   plausible value; then, for VQ_FUZZ_SECS seconds (default 20), calls with several bad
 #   arguments at once, chosen at random. Reports calls made and distinct SQLSTATEs, and fails
 #   on any backend crash, any internal error (SQLSTATE XX000: an error with no proper code),
@@ -25,6 +27,9 @@ SELECT vq_create_queue('fz_q');
 CREATE FUNCTION fz_noop(p jsonb) RETURNS void LANGUAGE sql AS '';
 SELECT vq_register_handler('fz_h', 'fz_noop(jsonb)');
 SELECT vq_register_notify_handler('fz_n', 'fz_channel');
+-- jobs for the takes to take (a take of fz_n, with its other arguments bad or not)
+SELECT vq_alter_queue('default', max_concurrent_jobs => 10000);
+SELECT count(vq_enqueue('fz_n', jsonb_build_object('i', g))) FROM generate_series(1, 200) g;
 CREATE TABLE fz_result (fn text, pos int, value text, sqlstate text, message text);
 
 -- Bad values (SQL expressions) for an argument of type t.
@@ -48,14 +53,34 @@ CREATE FUNCTION fz_bad(t regtype) RETURNS SETOF text LANGUAGE sql AS $$
         $v$(SELECT array_agg('{}'::jsonb) FROM generate_series(1, 100000))$v$]
       WHEN t = 'text[]'::regtype THEN ARRAY[
         $v$'{}'::text[]$v$, $v$ARRAY[NULL]::text[]$v$, $v$ARRAY['']$v$, $v$'{{a},{b}}'::text[]$v$,
-        $v$(SELECT array_agg('k' || g) FROM generate_series(1, 100000) g)$v$]
+        $v$(SELECT array_agg('k' || g) FROM generate_series(1, 100000) g)$v$,
+        -- (names and words the worker protocol's arrays take: a function handler where an
+        -- external one is needed, an external one, reply outcomes, log levels)
+        $v$ARRAY['fz_h']$v$, $v$ARRAY['fz_n']$v$, $v$ARRAY['fz_n', 'fz_n']$v$, $v$ARRAY['fail']$v$,
+        $v$ARRAY['retry']$v$, $v$ARRAY['release']$v$, $v$ARRAY['ERROR']$v$,
+        $v$(SELECT array_agg('fz_n'::text) FROM generate_series(1, 65))$v$]
       WHEN t = 'uuid'::regtype THEN ARRAY[
         $v$'00000000-0000-0000-0000-000000000000'::uuid$v$, 'gen_random_uuid()']
+      WHEN t = 'uuid[]'::regtype THEN ARRAY[
+        $v$'{}'::uuid[]$v$, $v$ARRAY[NULL]::uuid[]$v$, $v$ARRAY['00000000-0000-0000-0000-000000000000'::uuid]$v$,
+        $v$ARRAY[gen_random_uuid(), gen_random_uuid()]$v$,
+        $v$ARRAY[[gen_random_uuid()], [gen_random_uuid()]]$v$,
+        $v$(SELECT array_agg(gen_random_uuid()) FROM generate_series(1, 100000))$v$]
+      WHEN t IN ('integer[]'::regtype, 'bigint[]'::regtype) THEN ARRAY[
+        $v$'{}'::$v$ || t::text, 'ARRAY[NULL]::' || t::text, 'ARRAY[-1]::' || t::text,
+        'ARRAY[-2147483648]::' || t::text, 'ARRAY[2147483647]::' || t::text, 'ARRAY[1, 2]::' || t::text,
+        $v$'{{1},{2}}'::$v$ || t::text,
+        '(SELECT array_agg(g)::' || t::text || ' FROM generate_series(1, 100000) g)']
+      WHEN t = 'timestamp with time zone[]'::regtype THEN ARRAY[
+        $v$'{}'::timestamptz[]$v$, $v$ARRAY[NULL]::timestamptz[]$v$, $v$ARRAY['infinity'::timestamptz]$v$,
+        $v$ARRAY['-infinity'::timestamptz]$v$, $v$ARRAY['4713-01-01 BC'::timestamptz]$v$,
+        $v$ARRAY['294276-12-31'::timestamptz]$v$]
       WHEN t = 'timestamp with time zone'::regtype THEN ARRAY[
         $v$'infinity'::timestamptz$v$, $v$'-infinity'::timestamptz$v$, $v$'4713-01-01 BC'::timestamptz$v$,
         $v$'294276-12-31'::timestamptz$v$]
       WHEN t = 'interval'::regtype THEN ARRAY[
-        $v$'-1 day'::interval$v$, $v$'178000000 years'::interval$v$, $v$'0'::interval$v$]
+        $v$'-1 day'::interval$v$, $v$'178000000 years'::interval$v$, $v$'0'::interval$v$,
+        $v$'999 ms'::interval$v$, $v$'24 hours 1 ms'::interval$v$, $v$'1 month'::interval$v$]
       WHEN t = 'regprocedure'::regtype THEN ARRAY[
         $v$'pg_sleep(float8)'::regprocedure$v$, $v$'fz_bad(regtype)'::regprocedure$v$, '0::regprocedure']
       WHEN t = 'regrole'::regtype THEN ARRAY[$v$'pg_read_all_data'::regrole$v$, '0::regrole']
@@ -72,6 +97,9 @@ CREATE FUNCTION fz_ok(t regtype) RETURNS text LANGUAGE sql AS $$
       WHEN t = 'jsonb[]'::regtype THEN $v$ARRAY['{}'::jsonb]$v$
       WHEN t = 'text[]'::regtype THEN $v$ARRAY['k1']$v$
       WHEN t = 'uuid'::regtype THEN 'gen_random_uuid()'
+      WHEN t = 'uuid[]'::regtype THEN 'ARRAY[gen_random_uuid()]'
+      WHEN t IN ('integer[]'::regtype, 'bigint[]'::regtype) THEN 'ARRAY[0]::' || t::text
+      WHEN t = 'timestamp with time zone[]'::regtype THEN $v$ARRAY['2999-01-01'::timestamptz]$v$
       WHEN t = 'timestamp with time zone'::regtype THEN $v$'2999-01-01'::timestamptz$v$
       WHEN t = 'interval'::regtype THEN $v$'1 hour'::interval$v$
       WHEN t = 'regprocedure'::regtype THEN $v$'fz_noop(jsonb)'::regprocedure$v$
@@ -174,6 +202,14 @@ internal="$(q "SELECT string_agg(DISTINCT fn || ' (' || pos || ' = ' || value ||
 # for what PostgreSQL itself refuses: privileges, an invalid parameter value
 unclear="$(q "SELECT string_agg(DISTINCT sqlstate || ' ' || fn || ': ' || message, E'\n')
                FROM fz_result WHERE fn NOT LIKE 'vq.%' AND sqlstate !~ '^(VQ|00000|42501|22023)'")"
+# the worker protocol's functions were among those called, and each got past its argument
+# checks at least once (a call that succeeded)
+assert_eq "vq_extend_leases 1|vq_log_jobs 1|vq_progress_jobs 1|vq_reply_jobs 1|vq_take_jobs 1" \
+    "$(q "SELECT string_agg(f || ' ' || ok::int, '|' ORDER BY f) FROM (
+            SELECT split_part(fn, '(', 1) AS f, bool_or(sqlstate = '00000') AS ok FROM fz_result
+             WHERE split_part(fn, '(', 1) IN ('vq_take_jobs', 'vq_reply_jobs', 'vq_extend_leases', 'vq_log_jobs',
+                                             'vq_progress_jobs')
+             GROUP BY 1) x")" "protocol functions called (1: one call at least succeeded)"
 ((${#crashes[@]} == 0)) || fail "backend crashes (or lost connections): $(printf '%s; ' "${crashes[@]}")"
 [[ -z "$internal" ]] || fail "internal errors (XX000):
 $internal"

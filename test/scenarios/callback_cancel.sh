@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # callback_cancel.sh: cancels and terminations are never swallowed by a callback's
 # subtransaction, and never cut what an executor must finish.
-#   1. a consumer's vq_complete under statement_timeout, with an on_complete interceptor that
-#      takes longer than the timeout: the reply never carries on past a swallowed cancel (no
-#      "interceptor ... failed: canceling statement" WARNING); the on_complete runs to its end
-#      once, in an executor.
-#   2. the same with pg_cancel_backend of the consumer's session while its vq_fail runs: if the
+#   1. a worker's vq_complete (of a job it took with vq_take_jobs) under statement_timeout,
+#      with an on_complete interceptor that takes longer than the timeout: the reply never
+#      carries on past a swallowed cancel (no "interceptor ... failed: canceling statement"
+#      WARNING); the on_complete runs to its end once, in an executor.
+#   2. the same with pg_cancel_backend of the worker's session while its vq_fail runs: if the
 #      cancel reaches the reply it ends it (57014, the job still RUNNING), never as a WARNING
 #      after which the reply commits; the on_complete runs to its end once, in an executor.
 #   3. pg_cancel_backend of an executor while it runs a (queued) listener: a cancel outside
@@ -82,8 +82,8 @@ no_swallowed_cancel() {
 # ---------------------------------------------------------------------------
 log "1. vq_complete under statement_timeout = 1s, with an on_complete sleeping 3 s"
 J1="$(q "SELECT vq_enqueue('cc_notify', '{}', metadata => '{\"sleep\": 3}')")"
-wait_state "$J1" RUNNING 10
-assert_eq 1 "$(q "SELECT count(*) FROM vq_take('$J1', 0)")" "1: vq_take"
+assert_eq "$J1|0" "$(q "SELECT string_agg(execution_id || '|' || attempt, ',') FROM vq_take_jobs('{cc_notify}', 10)")" \
+    "1: vq_take_jobs"
 out="$(psql -XAtq -v ON_ERROR_STOP=1 -c "SET statement_timeout = '1s'" -c "SELECT vq_complete('$J1', 0)" 2>&1)" ||
     true
 no_swallowed_cancel 1 "$out"
@@ -94,8 +94,8 @@ ran_once_in_executor on_complete "$J1" COMPLETED
 # ---------------------------------------------------------------------------
 log "2. pg_cancel_backend of the consumer's session while its vq_fail runs"
 J2="$(q "SELECT vq_enqueue('cc_notify', '{}', metadata => '{\"sleep\": 2}')")"
-wait_state "$J2" RUNNING 10
-assert_eq 1 "$(q "SELECT count(*) FROM vq_take('$J2', 0)")" "2: vq_take"
+assert_eq "$J2|0" "$(q "SELECT string_agg(execution_id || '|' || attempt, ',') FROM vq_take_jobs('{cc_notify}', 10)")" \
+    "2: vq_take_jobs"
 psql -XAtq -v ON_ERROR_STOP=1 -c "SET application_name = 'cc_consumer'" -c "SELECT vq_fail('$J2', 'no', 0)" \
     >"$TMPD/reply.out" 2>&1 &
 BG_PID=$!

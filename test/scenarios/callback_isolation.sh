@@ -5,7 +5,7 @@
 # ran it); the callbacks are superuser-owned: a transition listener and an interceptor's
 # on_complete, each once with SET search_path = public and once without SET.
 #   1. the tenant cancels its ENQUEUED job (vq_cancel) in that session;
-#   2. the tenant takes its NOTIFY job and replies vq_complete in that session;
+#   2. the tenant takes its NOTIFY job (vq_take_jobs) and replies vq_complete in that session;
 #   3. the same with vq_fail;
 #   4. a tenant's handler plants the table in the executor's session and calls vq_cancel
 #      from inside its user code.
@@ -158,13 +158,14 @@ failed_once_in_executor "1 (vq_cancel)" 'transition listener "ci-noset" (CANCELL
 # reply_step STEP REPLY OUTCOME STATE: the tenant takes its NOTIFY job and replies with REPLY
 # (a format with %s for the execution id) in the trap session; the job ends in STATE.
 reply_step() {
-    local id
+    local id out
     log "$1. the tenant takes its NOTIFY job and replies ${2%%(*} in its own session"
     id="$(as_tenant "SELECT vq_enqueue('ci_notify', '{}')")"
-    wait_state "$id" RUNNING 10
     # shellcheck disable=SC2059  # the reply is the format
-    as_tenant "$(trap_sql "$1")" "SELECT count(*) FROM vq_take('$id', 0)" "SELECT $(printf "$2" "$id")" >/dev/null
+    out="$(as_tenant "$(trap_sql "$1")" "SELECT string_agg(execution_id || '|' || attempt, ',')
+                                           FROM vq_take_jobs('{ci_notify}', 10)" "SELECT $(printf "$2" "$id")")"
     check_not_escalated "$1 (${2%%(*})"
+    assert_eq "$id|0 t" "$(tr '\n' ' ' <<<"$out" | sed 's/ $//')" "$1: the take (vq_take_jobs) and the reply"
     assert_eq "$4" "$(q "SELECT state FROM vq.job WHERE execution_id = '$id'")" "$1: the job"
     ran_once_from_executor "$1 (${2%%(*})" complete-set "$id" "$3"
     ran_once_from_executor "$1 (${2%%(*})" listener-set "$id" "$3"

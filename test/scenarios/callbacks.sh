@@ -7,9 +7,11 @@
 #      outcome (COMPLETED, or FAILED and the error) before it is written.
 #   3. an on_dispatch or on_complete that raises: its own writes roll back, the job runs and
 #      ends as without it, an ERROR line names it in the job's log.
-#   4. interceptors around a NOTIFY handler: on_dispatch at the announcement, on_complete for
-#      the consumer's reply (vq_complete: queued in the consumer's session, called by an
-#      executor after the reply committed).
+#   4. interceptors around a NOTIFY handler: none while the job waits (the executors never
+#      dispatch it); on_dispatch at a worker's take (vq_take_jobs: queued in the take's
+#      transaction, called by an executor after it committed), on_complete for the worker's
+#      reply (vq_complete: queued in the worker's session, called by an executor after the
+#      reply committed).
 #   5. transition listeners: every transition of every job here (inline and visible
 #      completion, failure, dead letter, cancel, redrive, timeout, rescue after kill -9)
 #      reaches the catch-all listener exactly once, as the owner of its function; a
@@ -197,11 +199,28 @@ assert_eq "0|0" "$(q "SELECT attempt_number || '|' || (SELECT count(*) FROM vq.j
 # ---------------------------------------------------------------------------
 log "4. interceptors around a NOTIFY handler"
 NT="$(q "SELECT vq_enqueue('cb_notify', '{\"n\": 1}')")"
-wait_state "$NT" RUNNING 10
-assert_eq "dispatch:first,dispatch:second" \
-    "$(q "SELECT string_agg(who || ':' || name, ',' ORDER BY id) FROM cb_seen WHERE execution_id = '$NT' AND who <> 'listener'")" \
-    "on_dispatch at the announcement of $NT"
-assert_eq 1 "$(q "SELECT count(*) FROM vq_take('$NT', 0)")" "vq_take of $NT"
+# the executors never dispatch an external handler's job: it waits for a worker, no interceptor called
+assert_stays "SELECT state || '|' || (SELECT count(*) FROM cb_seen WHERE execution_id = '$NT')
+                FROM vq.job WHERE execution_id = '$NT'" 1 "$NT until a worker takes it"
+assert_eq "ENQUEUED|0" "$(q "SELECT state || '|' || (SELECT count(*) FROM cb_seen WHERE execution_id = '$NT')
+                               FROM vq.job WHERE execution_id = '$NT'")" "$NT before the take"
+# the take dispatches it: the on_dispatch calls are queued (in the take's transaction) for an
+# executor, never run in the worker's session
+assert_eq "$NT|0 0 on_dispatch:zeta,alpha" "$(qs <<SQL | tr '\n' ' ' | sed 's/ $//'
+BEGIN;
+SELECT string_agg(execution_id || '|' || attempt, ',') FROM vq_take_jobs('{cb_notify}', 10);
+SELECT count(*) FROM cb_seen WHERE execution_id = '$NT';
+SELECT string_agg(kind || ':' || array_to_string(callbacks, ','), ' ' ORDER BY id)
+  FROM vq.callback_event WHERE execution_id = '$NT';
+COMMIT;
+SQL
+)" "vq_take_jobs of $NT: taken; in its transaction, no interceptor called yet and the on_dispatch queued"
+wait_for "SELECT NOT EXISTS (SELECT 1 FROM vq.callback_event WHERE execution_id = '$NT')" 10 \
+    "the on_dispatch queued by the take to have run"
+assert_eq "dispatch:first|$OWNER,dispatch:second|$OWNER" \
+    "$(q "SELECT string_agg(who || ':' || name || '|' || cur, ',' ORDER BY id) FROM cb_seen
+            WHERE execution_id = '$NT' AND who <> 'listener'")" \
+    "on_dispatch at the take of $NT, in order, as $OWNER"
 assert_eq t "$(q "SELECT vq_complete('$NT', 0)")" "vq_complete of $NT"
 assert_eq "COMPLETED" "$(q "SELECT state FROM vq.job WHERE execution_id = '$NT'")" "$NT after the reply"
 wait_for "SELECT NOT EXISTS (SELECT 1 FROM vq.callback_event WHERE execution_id = '$NT')" 10 \

@@ -11,7 +11,7 @@
 # Checks, each failing with the list of what is missing:
 #   1. every user function has, somewhere in the docs, its signature written `name(...)` with
 #      the arguments the catalog has, in its order, with their types and defaults
-#      (`vq_take(execution_id uuid, attempt integer DEFAULT NULL, handler text DEFAULT NULL)`;
+#      (`vq_take_jobs(handlers text[], max_jobs integer DEFAULT 1, lease interval DEFAULT NULL)`;
 #      compared with pg_get_function_arguments after collapsing whitespace, dropping OUT
 #      arguments and the casts of defaults, and writing timestamptz): argument order is part
 #      of the contract, so a signature that drops, adds, swaps or retypes an argument does not

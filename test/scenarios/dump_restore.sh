@@ -5,7 +5,8 @@
 #   its pause, a contract override, handlers, consumer / producer / queue grants, a destination,
 #   an interceptor, a transition listener, an EXECUTE grant on a vq function), jobs in every
 #   state (COMPLETED after a FAILED attempt, DEAD_LETTER, CANCELLED, RUNNING: a function job
-#   blocked in its handler and an announced NOTIFY job, ENQUEUED: due ones held back by their
+#   blocked in its handler and a NOTIFY job a worker took (vq_take_jobs, lease of an hour) and
+#   has not answered, ENQUEUED: a NOTIFY job no worker took yet, due ones held back by their
 #   queue's capacity, due ones in the paused default queue, a delayed one), logs, transitions,
 #   outbox rows (PUBLISHED, FAILED, PENDING until later) and a job_id window; nothing moves
 #   while it is dumped (the same state before and after both dumps).
@@ -17,8 +18,10 @@
 #      source); once it ends, the same as in 1;
 #   in both: the default queue stays paused (its jobs run once resumed); vq_enqueue and
 #   vq_outbox_publish work at once, and new transition, log and outbox ids come after the
-#   restored ones; the job_id window holds; the callbacks fire; the consumer grant works; the
-#   delayed job and the delayed outbox row run at their time, not before;
+#   restored ones; the job_id window holds; the callbacks fire; the consumer grant works (the
+#   granted consumer takes the waiting NOTIFY job with vq_take_jobs; the taken one is still
+#   held, under its lease, and its reply is accepted); the delayed job and the delayed outbox
+#   row run at their time, not before;
 #   3. a database owner that is no superuser dumps the database (pg_dump --enable-row-security;
 #      without it PostgreSQL refuses, as for any table with row security): its dump has the
 #      whole configuration and the jobs, history, logs, outbox rows and windows of the roles it
@@ -149,7 +152,6 @@ export VQ_WAIT_REPORT=report_db
 # ---- the source database ------------------------------------------------------------------
 log "setup: roles, queues, handlers, grants, callbacks in $SRC"
 drop_roles "${ROLES[@]}"
-set_config vq.notify_take_timeout_ms 600000     # (announced NOTIFY jobs are not announced again)
 qs >/dev/null <<'SQL'
 CREATE ROLE dr_app;
 CREATE ROLE dr_consumer;
@@ -223,7 +225,7 @@ wait_for "SELECT state = 'DEAD_LETTER' FROM vq.job WHERE payload ->> 'tag' = 'de
 wait_for "SELECT status = 'FAILED' FROM vq.outbox WHERE payload ->> 'tag' = 'o-failed'" 20 "the failed outbox row"
 wait_for "SELECT count(*) = 0 FROM vq.job WHERE state NOT IN ('COMPLETED', 'DEAD_LETTER', 'CANCELLED')" 10 "history settled"
 
-log "unfinished: a function job RUNNING (blocked), an announced NOTIFY job, due jobs held by capacity and by a pause"
+log "unfinished: a function job RUNNING (blocked), NOTIFY jobs taken and waiting, due jobs held by capacity and by a pause"
 mkfifo "$TMPD/lock.in"
 psql -XAtq <"$TMPD/lock.in" >"$TMPD/lock.out" 2>&1 &
 LOCK_PID=$!
@@ -234,9 +236,16 @@ q_as dr_app "SELECT vq_enqueue('dr_block', '{\"tag\": \"blocked\"}')" >/dev/null
 BLOCKED="$(job_of blocked)"
 wait_for "SELECT state = 'RUNNING' AND worker_pid IS NOT NULL FROM vq.job WHERE execution_id = '$BLOCKED'" 15 \
     "the blocked job RUNNING in an executor" "$BLOCKED"
-q_as dr_app "SELECT vq_enqueue('dr_notify', '{\"tag\": \"announced\"}')" >/dev/null
-ANNOUNCED="$(job_of announced)"
-wait_state "$ANNOUNCED" RUNNING 15
+q_as dr_app "SELECT vq_enqueue('dr_notify', '{\"tag\": \"held\"}')" >/dev/null
+HELD="$(job_of held)"
+assert_eq "$HELD|0" "$(q_as dr_consumer "SELECT string_agg(execution_id || '|' || attempt, ',')
+                                           FROM vq_take_jobs('{dr_notify}', 10, interval '1 hour')")" \
+    "the granted consumer takes the held job (vq_take_jobs, a lease of an hour)"
+HELD_LEASE="$(q "SELECT extract(epoch FROM lease_until) FROM vq.job WHERE execution_id = '$HELD' AND state = 'RUNNING'")"
+q_as dr_app "SELECT vq_enqueue('dr_notify', '{\"tag\": \"waiting\"}')" >/dev/null
+WAITING="$(job_of waiting)"
+# (the take's CLAIMED transition, recorded for the listener, queued its call: let it run before the dumps)
+wait_for "SELECT NOT EXISTS (SELECT 1 FROM vq.callback_event)" 10 "the queued callbacks to have run"
 q_as dr_app "SELECT vq_enqueue('dr_fn', jsonb_build_object('tag', 'due-' || g), queue => 'dr_due') FROM generate_series(1, 3) g" >/dev/null
 q "SELECT vq_pause_queue('default')" >/dev/null
 q_as dr_app "SELECT vq_enqueue('dr_fn', jsonb_build_object('tag', 'paused-' || p), queue => 'default', priority => p)
@@ -333,10 +342,16 @@ behaviour() {
         AND EXISTS (SELECT 1 FROM dr_heard WHERE execution_id = '$id' AND kind = 'FAILED')" 10 "[$db] interceptor and listener on the new job"
     check "[$db] window" on2 "$db" assert_eq "$WINDOW_JOB" "$(on2 "$db" q_as dr_app "SELECT vq_enqueue('dr_fn', '{\"tag\": \"again\"}',
         job_id => 'dr-key', unique_for => interval '1 day')")" "[$db] the job_id window returns the restored job"
-    check "[$db] consumer" on2 "$db" assert_eq "$ANNOUNCED|announced" "$(on2 "$db" q_as dr_consumer \
-        "SELECT execution_id || '|' || (payload ->> 'tag') FROM vq_take('$ANNOUNCED', 0)")" "[$db] the granted consumer takes the announced job"
-    on2 "$db" q_as dr_consumer "SELECT vq_complete('$ANNOUNCED', 0)" >/dev/null
-    check "[$db] consumer reply" on2 "$db" wait_state "$ANNOUNCED" COMPLETED 5
+    check "[$db] held job" on2 "$db" assert_eq "RUNNING|0|$HELD_LEASE" "$(on2 "$db" q "SELECT state || '|' || attempt_number
+        || '|' || extract(epoch FROM lease_until) FROM vq.job WHERE execution_id = '$HELD'")" \
+        "[$db] the taken job, still held under its lease"
+    check "[$db] consumer" on2 "$db" assert_eq "$WAITING|waiting|0" "$(on2 "$db" q_as dr_consumer \
+        "SELECT string_agg(execution_id || '|' || (payload ->> 'tag') || '|' || attempt, ',')
+           FROM vq_take_jobs('{dr_notify}', 10)")" "[$db] the granted consumer takes the waiting job (and only it)"
+    check "[$db] consumer replies" on2 "$db" assert_eq "t|t" "$(on2 "$db" q_as dr_consumer \
+        "SELECT vq_complete('$WAITING', 0), vq_complete('$HELD', 0)")" "[$db] the consumer's replies"
+    check "[$db] consumer reply" on2 "$db" wait_for "SELECT count(*) = 2 FROM vq.job
+        WHERE execution_id IN ('$WAITING', '$HELD') AND state = 'COMPLETED'" 5 "[$db] the replied jobs COMPLETED"
 }
 # later DB END: the delayed job and the delayed outbox row of DB run at their time (restore ended at END).
 later() {

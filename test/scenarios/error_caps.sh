@@ -5,10 +5,12 @@
 #   1. a function handler that raises a 1 MB message (an ASCII byte, then 2-byte characters,
 #      so that a cut by bytes would split one): last_error of the dead letter and both FAILED
 #      transitions;
-#   2. a consumer's vq_fail with 20 MB (10 M 2-byte characters): last_error and the transition;
+#   2. a worker's vq_fail with 20 MB (10 M 2-byte characters) of a job it took (vq_take_jobs),
+#      and the same by vq_reply_jobs (outcome 'fail'): last_error and the transition;
 #   3. the outbox relay: a destination that returns RETRYABLE with a 1 MB message, and one
 #      that raises one: vq.outbox.last_error;
-#   4. an interceptor whose on_dispatch raises a 1 MB message: the ERROR line in the job's log;
+#   4. an interceptor whose on_dispatch raises a 1 MB message: the ERROR line in the job's log,
+#      for a function job (called inline) and for a NOTIFY job (queued at the take);
 #   5. a short error is stored whole, without the mark.
 # Each cut text is at most 8192 bytes, is the original's first characters (whole ones) and
 # names the original's length.
@@ -45,7 +47,7 @@ SELECT vq_register_destination('ec.retry', 'ec_dest_retry(text, jsonb, jsonb, js
 SELECT vq_register_destination('ec.raise', 'ec_dest_raise(text, jsonb, jsonb, jsonb)');
 CREATE FUNCTION ec_on_dispatch(c vq.job_context) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
-    IF c.job_id = 'icpt' THEN RAISE EXCEPTION '%', public.ec_big(1000001); END IF;
+    IF c.job_id LIKE 'icpt%' THEN RAISE EXCEPTION '%', public.ec_big(1000001); END IF;
 END $$;
 SELECT vq_register_interceptor('ec_icpt', on_dispatch => 'ec_on_dispatch(vq.job_context)');
 -- "ok" when t is cut as the caps promise: within 8192 bytes, the first characters of
@@ -72,18 +74,28 @@ S="$(q "SELECT vq_enqueue('ec_fail', '{\"short\": 1}')")"
 wait_state "$S" DEAD_LETTER 20
 check_eq "short error" "$(q "SELECT last_error FROM vq.job WHERE execution_id = '$S'")" "a short error, whole"
 
-log "2. a consumer's vq_fail with 20 MB"
-N="$(q "SELECT vq_enqueue('ec_n', '{}')")"
-wait_state "$N" RUNNING 10
-assert_eq 1 "$(q "SELECT count(*) FROM vq_take('$N')")" "the NOTIFY job taken"
-assert_eq t "$(q "SELECT vq_fail('$N', repeat('ü', 10 * 1024 * 1024))")" "vq_fail accepted"
-check_eq "DEAD_LETTER|true|true" \
-    "$(q "SELECT state || '|' || (octet_length(last_error) <= 8192) || '|' ||
-                 (last_error ~ '^ü+ \[cut: 20971520 bytes in all\]$')
-            FROM vq.job WHERE execution_id = '$N'")" "the consumer's failure, as stored"
-check_eq "t" "$(q "SELECT bool_and(octet_length(error) <= 8192 AND error ~ '^ü+ \[cut: 20971520 bytes in all\]$')
-                     FROM vq.job_transition WHERE execution_id = '$N' AND kind = 'FAILED'")" \
-    "the consumer's FAILED transition"
+log "2. a worker's vq_fail, and vq_reply_jobs 'fail', with 20 MB"
+# reply_big HOW SQL RESULT: take the next ec_n job, reply with SQL (%s: its id; it returns RESULT) with
+# the 20 MB error; check what is stored
+reply_big() {
+    local how="$1" n
+    n="$(q "SELECT vq_enqueue('ec_n', '{}')")"
+    assert_eq "$n|0" "$(q "SELECT string_agg(execution_id || '|' || attempt, ',') FROM vq_take_jobs('{ec_n}', 10)")" \
+        "the NOTIFY job taken (vq_take_jobs)"
+    # shellcheck disable=SC2059  # the reply is the format
+    assert_eq "$3" "$(q "$(printf "$2" "$n")")" "$how accepted"
+    check_eq "DEAD_LETTER|true|true" \
+        "$(q "SELECT state || '|' || (octet_length(last_error) <= 8192) || '|' ||
+                     (last_error ~ '^ü+ \[cut: 20971520 bytes in all\]$')
+                FROM vq.job WHERE execution_id = '$n'")" "the worker's failure ($how), as stored"
+    check_eq "t" "$(q "SELECT count(*) = 1 AND bool_and(octet_length(error) <= 8192
+                                               AND error ~ '^ü+ \[cut: 20971520 bytes in all\]$')
+                         FROM vq.job_transition WHERE execution_id = '$n' AND kind = 'FAILED'")" \
+        "the worker's FAILED transition ($how)"
+}
+reply_big vq_fail "SELECT vq_fail('%s', repeat('ü', 10 * 1024 * 1024), 0)" t
+reply_big vq_reply_jobs "SELECT count(*) FROM vq_reply_jobs(ARRAY['%s'::uuid], '{0}', '{fail}',
+                                                              ARRAY[repeat('ü', 10 * 1024 * 1024)])" 0
 
 log "3. the outbox relay's errors"
 R1="$(q "SELECT vq_outbox_publish_to('ec.retry', 'd', '{}')")"
@@ -101,5 +113,15 @@ check_eq "ok" \
     "$(q "SELECT ec_check(message, 1000001, 'interceptor \"ec_icpt\" (on_dispatch) failed: ')
             FROM vq.job_log WHERE execution_id = '$I' AND level = 'ERROR'")" \
     "the interceptor's ERROR line in the job's log"
+IN="$(q "SELECT vq_enqueue('ec_n', '{}', job_id => 'icpt-n')")"
+assert_eq "$IN" "$(q "SELECT string_agg(execution_id::text, ',') FROM vq_take_jobs('{ec_n}', 10)")" \
+    "the NOTIFY job icpt-n taken (its on_dispatch queued)"
+wait_for "SELECT EXISTS (SELECT 1 FROM vq.job_log WHERE execution_id = '$IN' AND level = 'ERROR')" 10 \
+    "the ERROR line of the queued on_dispatch of $IN"
+check_eq "ok" \
+    "$(q "SELECT ec_check(message, 1000001, 'interceptor \"ec_icpt\" (on_dispatch) failed: ')
+            FROM vq.job_log WHERE execution_id = '$IN' AND level = 'ERROR'")" \
+    "the queued on_dispatch's ERROR line in the NOTIFY job's log"
+assert_eq t "$(q "SELECT vq_complete('$IN', 0)")" "vq_complete of $IN"
 fail_summary
 log "PASS"

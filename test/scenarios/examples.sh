@@ -11,7 +11,7 @@
 #      connection, so every transaction of every client shares it): the context set with
 #      SET LOCAL semantics works and does not leak, while a session-level vq_context_set does
 #      leak to the next client (why the examples never rely on session state);
-#   3. the NOTIFY consumers (Node: the vq-job library; Python: vq_pull / vq_complete / vq_fail): the orders' invoice
+#   3. the NOTIFY consumers (the vq-job and vq_job libraries, clients/node and clients/python): the orders' invoice
 #      jobs and, per language, a job that completes, one that fails once then completes, one
 #      that fails until it is dead-lettered, with the exact transitions and invoice rows; the
 #      consumer stops cleanly on SIGTERM;
@@ -253,7 +253,7 @@ for lang in "${LANGS[@]}"; do
     assert_eq "renderer busy (attempt 0)|cannot render invoice for order 9003" \
         "$(q "SELECT (SELECT error FROM vq.job_transition WHERE execution_id = '$ID_FLAKY' AND kind = 'FAILED')
                      || '|' || (SELECT last_error FROM vq.job WHERE execution_id = '$ID_BAD')")" \
-        "the errors the consumer replied with vq_fail"
+        "the errors the consumer failed the attempts with"
     assert_eq "$ID_OK:$lang,$ID_FLAKY:$lang" \
         "$(q "SELECT string_agg(execution_id || ':' || rendered_by, ',' ORDER BY order_id) FROM shop.invoice WHERE order_id > 9000
                 AND execution_id IN ('$ID_OK', '$ID_FLAKY', '$ID_BAD')")" \

@@ -8,7 +8,9 @@
 #      for attempt 0 and "failed, dead-lettered" for attempt 1, from the executor; a 1 MB
 #      error is cut in the line too;
 #   3. a job cut by vq.execution_timeout_ms logs "abandoned, retried at once";
-#   4. a consumer's vq_fail logs from the consumer's own session ("failed, dead-lettered");
+#   4. a worker's vq_fail (of a job it took with vq_take_jobs) logs from the worker's own
+#      session ("failed, dead-lettered"); a taken job whose lease expires logs "abandoned,
+#      dead-lettered: lease expired ...", from an executor;
 #   5. a plain role cannot change the setting (42501).
 # Runs against $PGDATABASE (a fresh database with vq_job); exits non-zero on failure.
 # shellcheck disable=SC2119  # qs reads its script from stdin, not from arguments
@@ -86,14 +88,23 @@ got="$(lines "$start" "$JS")"
 grep -qF -- "LOG:  vq_job: job $JS attempt 0 of handler \"lf_slow\" (queue \"lf\", role $TENANT) abandoned, retried at once: execution timed out after 1000 ms" <<<"$got" ||
     fail "no abandoned line for $JS in: $got"
 
-log "4. a consumer's vq_fail, logged by its session"
+log "4. a worker's vq_fail, logged by its session; a lease that expires"
 start="$(log_offset)"
 JN="$(q_as "$TENANT" "SELECT vq_enqueue('lf_n', '{}')")"
-wait_state "$JN" RUNNING 10
+assert_eq "$JN" "$(q "SELECT string_agg(execution_id::text, ',') FROM vq_take_jobs('{lf_n}', 10)")" "the take (vq_take_jobs)"
 assert_eq t "$(q "SELECT vq_fail('$JN', 'consumer says no')")" "vq_fail accepted"
 got="$(lines "$start" "$JN")"
 grep -qF -- "LOG:  vq_job: job $JN attempt 0 of handler \"lf_n\" (queue \"lf\", role $TENANT) failed, dead-lettered: consumer says no" <<<"$got" ||
     fail "no line for the consumer's failure of $JN in: $got"
+start="$(log_offset)"
+JL="$(q_as "$TENANT" "SELECT vq_enqueue('lf_n', '{}')")"
+assert_eq "$JL" "$(q "SELECT string_agg(execution_id::text, ',') FROM vq_take_jobs('{lf_n}', 10, interval '1 s')")" \
+    "the take with a lease of 1 s"
+wait_state "$JL" DEAD_LETTER 10
+got="$(lines "$start" "$JL")"
+[[ "$(grep -c . <<<"$got")" == 1 ]] || fail "expected 1 failure line for $JL, got: $got"
+grep -qE -- "LOG:  vq_job: job $JL attempt 0 of handler \"lf_n\" \(queue \"lf\", role $TENANT\) abandoned, dead-lettered: lease expired at .* with no reply from the worker$" <<<"$got" ||
+    fail "no line for the expired lease of $JL in: $got"
 
 log "5. superuser-only"
 err="$(q_as "$TENANT" "SET vq.log_failures = off" 2>&1)" && fail "a plain role set vq.log_failures"

@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
 import signal
+import threading
 import time
-from typing import Any, Awaitable, Callable, Iterable, List, Mapping, Optional, Set
+from collections import deque
+from typing import Any, Awaitable, Callable, Deque, Dict, Iterable, List, Mapping, Optional
 
 import psycopg
 from psycopg import sql
@@ -22,7 +25,7 @@ REFILL_WAIT = 0.005
 
 
 class AsyncWorker(WorkerCore):
-    """Takes the jobs of ``handlers`` (registered external handlers) and runs each as an asyncio
+    """Takes the jobs of ``handlers`` (registered external handlers) and runs each in an asyncio
     task, at most ``concurrency`` at once::
 
         worker = AsyncWorker("dbname=app", handlers={"send-email": send_email}, concurrency=10)
@@ -31,19 +34,17 @@ class AsyncWorker(WorkerCore):
 
     A handler is ``async def handler(payload, job)``: returning completes the job; raising fails
     the attempt with the exception's message (its traceback goes to the job's log as an ERROR
-    line); raising :class:`vq_job.Retry` retries it at a chosen time. Same options as
-    :class:`vq_job.Worker`. Connections: one takes, one replies, and one LISTENs (on
-    ``listen_conninfo`` when given; none with ``listen=False``).
+    line); raising :class:`vq_job.Retry` has it due again at a time of your choice. Same options
+    as :class:`vq_job.Worker`.
     """
 
     def __init__(self, conninfo: str = "", handlers: Optional[Mapping[str, AsyncHandler]] = None,
                  concurrency: int = 10, **options: Any) -> None:
         super().__init__(conninfo, handlers, concurrency, **options)
         self._loop: Optional[asyncio.AbstractEventLoop] = None
-        self._inflight = 0                       # taken, reply not yet applied
-        self._want_room = False
-        self._refill = max(1, min(self.batch_size, self.concurrency) // 2)
-        self._tasks: Set["asyncio.Task[None]"] = set()
+        self._thread: Optional[int] = None
+        self._tasks: Dict[Job, "asyncio.Task[None]"] = {}
+        self._waiting: Deque[Job] = deque()          # taken, waiting for a free handler (prefetch)
         self._take_conn: Optional[psycopg.AsyncConnection] = None
         self._reply_conn: Optional[psycopg.AsyncConnection] = None
         self._listen_conn: Optional[psycopg.AsyncConnection] = None
@@ -54,16 +55,20 @@ class AsyncWorker(WorkerCore):
         self._flush_event: Optional[asyncio.Event] = None
         self._done: Optional["asyncio.Future[None]"] = None
         self._flusher_exit = False
+        #: set once the worker listens (when it does) and is about to take its first jobs
+        self.ready = asyncio.Event()
 
     # ---- public ------------------------------------------------------------------------------
     async def run(self) -> None:
-        """Take and run jobs until :meth:`stop`; then wait for the running handlers, reply for
-        them, give back the jobs taken but not started, and return. Raises if the connections
-        cannot be opened at start or the server refuses the take."""
+        """Take and run jobs until :meth:`stop`; then give back the jobs taken and not started,
+        wait for the running handlers (up to ``stop_timeout``; then their tasks are cancelled),
+        reply for them, and return. Raises if the connections cannot be opened at start, a
+        handler is not a registered external handler, or the server refuses the take."""
         if self._started:
             raise RuntimeError("an AsyncWorker runs once")
         self._started = True
         loop = self._loop = asyncio.get_running_loop()
+        self._thread = threading.get_ident()
         self._wake_event = asyncio.Event()
         self._flush_event = asyncio.Event()
         if self._done is None:
@@ -76,13 +81,14 @@ class AsyncWorker(WorkerCore):
             self._reply_conn = await self._open(self.conninfo)
             await self._start_listening()
             flusher = loop.create_task(self._flusher_main())
-            logger.info("async worker started: handlers %s, concurrency %d", ", ".join(self.handlers),
-                        self.concurrency)
-            await self._take_loop()
+            logger.info("async worker started: handlers %s, concurrency %d%s", ", ".join(self.handlers),
+                        self.concurrency, "" if self.listening else ", polling")
+            self.ready.set()
+            if not self._stopping:
+                await self._take_loop()
         finally:
             self._stopping = True
-            if self._tasks:
-                await asyncio.gather(*list(self._tasks), return_exceptions=True)
+            await self._finish_handlers()
             if flusher is not None:
                 self._flusher_exit = True
                 self._flush_event.set()
@@ -101,62 +107,82 @@ class AsyncWorker(WorkerCore):
             logger.info("async worker stopped: %s", self.stats)
 
     def stop(self) -> "asyncio.Future[None]":
-        """Ask the worker to stop gracefully: take nothing more, let running handlers finish,
-        reply, give back the jobs not started (no attempt consumed). Returns a future done once
-        run() has returned: ``await worker.stop()`` waits, ``worker.stop()`` only asks. Call it
-        from the event loop's thread (from another thread:
+        """Ask the worker to stop gracefully: take nothing more, give back the jobs not started
+        (no attempt consumed), let running handlers finish (up to ``stop_timeout``), reply.
+        Returns a future done once run() has returned: ``await worker.stop()`` waits,
+        ``worker.stop()`` only asks. Call it from the event loop's thread (from another thread:
         ``loop.call_soon_threadsafe(worker.stop)``)."""
         self._stopping = True
         if self._wake_event is not None:
             self._wake_event.set()
         if self._done is None:
             self._done = asyncio.get_event_loop().create_future()
-        return asyncio.shield(self._done) if self._started else self._ready_future()
+            if not self._started:
+                self._done.set_result(None)
+        return asyncio.shield(self._done)
 
-    def stop_on_signals(self, signals: Iterable[int] = (signal.SIGTERM, signal.SIGINT)) -> None:
-        """Stop gracefully on the first of these signals while run() runs (installed with
-        ``loop.add_signal_handler``, removed when run() returns). A second signal during the
-        graceful stop gets the default behaviour (SIGINT: KeyboardInterrupt)."""
+    def stop_on_signals(self, signals: Iterable[int] = (signal.SIGTERM, signal.SIGINT)) -> Callable[[], None]:
+        """Stop gracefully on the first of these signals while run() runs (with
+        ``loop.add_signal_handler``; removed when run() returns). A second signal while stopping
+        exits the process at once with status 128 + its number. The function returned removes
+        the handlers sooner."""
         self._signals = list(signals)
+        if self._loop is not None:
+            for s in self._signals:
+                self._loop.add_signal_handler(s, self._on_signal, s)
+        return self._remove_signals
 
     # ---- internals ---------------------------------------------------------------------------
-    def _ready_future(self) -> "asyncio.Future[None]":
-        fut: "asyncio.Future[None]" = asyncio.get_event_loop().create_future()
-        fut.set_result(None)
-        return fut
+    def _remove_signals(self) -> None:
+        if self._loop is not None:
+            for s in self._signals:
+                self._loop.remove_signal_handler(s)
+        self._signals = []
 
     def _on_signal(self, signum: int) -> None:
+        if self._stopping:
+            os._exit(128 + signum)
         logger.info("signal %d: stopping", signum)
-        loop = self._loop
-        assert loop is not None
-        for s in self._signals:
-            loop.remove_signal_handler(s)
-        self._signals = []
         self.stop()
 
     def _new_event(self) -> asyncio.Event:
         return asyncio.Event()
 
+    def _set_event(self, ev: Any) -> None:
+        if self._loop is not None and threading.get_ident() != self._thread:
+            self._loop.call_soon_threadsafe(ev.set)
+        else:
+            ev.set()
+
     def _wake_flusher(self) -> None:
         ev = self._flush_event
         if ev is not None and not ev.is_set():
-            ev.set()
+            if threading.get_ident() != self._thread and self._loop is not None:
+                self._loop.call_soon_threadsafe(ev.set)   # (job.log from a thread of the handler's)
+            else:
+                ev.set()
 
     async def _open(self, conninfo: str) -> psycopg.AsyncConnection:
         return await psycopg.AsyncConnection.connect(conninfo, **self._connect_kwargs(conninfo))
 
     async def _start_listening(self) -> None:
-        """LISTEN on the handlers' channels, on a connection of its own (before the first take)."""
-        if not self.listen:
-            return
-        assert self._take_conn is not None and self._loop is not None
+        """Find out whether the take connection goes through a pooler; LISTEN on the handlers'
+        channels on a connection of its own (before the first take)."""
+        conn = self._take_conn
+        assert conn is not None and self._loop is not None
         if not self._channels:
-            cur = await self._take_conn.execute(P.CHANNELS_SQL, [self._handler_names])
-            self._channels = sorted({ch for _, ch in await cur.fetchall() if ch})
-        conn = self._listen_conn = await self._open(self.listen_conninfo or self.conninfo)
+            cur = await conn.execute(P.CHANNELS_SQL, [self._handler_names])
+            self._channels = self._check_handlers(await cur.fetchall())
+        cur = await conn.execute("SELECT pg_backend_pid()")
+        backend = await cur.fetchone()
+        self._settle_listening(backend is None or backend[0] != conn.info.backend_pid)
+        if not self.listening:
+            return
+        listen = self._listen_conn = await self._open(
+            self.conninfo if self.listen_conninfo is None else self.listen_conninfo)
         for ch in self._channels:
-            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(ch)))
-        self._listen_fd = conn.fileno()
+            await listen.execute(sql.SQL("LISTEN {}").format(sql.Identifier(ch)))
+        self._listen_fd = listen.fileno()
         self._loop.add_reader(self._listen_fd, self._on_listen_readable)
 
     def _stop_listening(self) -> None:
@@ -237,11 +263,7 @@ class AsyncWorker(WorkerCore):
 
     async def _take_loop(self) -> None:
         ev = self._wake_event
-        assert ev is not None and self._loop is not None
-        create_task = self._loop.create_task
-        tasks = self._tasks
-        discard = tasks.discard
-        run_job = self._run_job
+        assert ev is not None
         next_poll = 0.0
         backlog = False
         refill_by = 0.0
@@ -249,15 +271,16 @@ class AsyncWorker(WorkerCore):
             now = time.monotonic()
             if now >= next_poll:
                 self._due = True
-            until = next_poll
+            until: Optional[float] = next_poll
             if self._due:
-                free = self.concurrency - self._inflight
-                enough = free >= self._refill or (free > 0 and (not backlog or now >= refill_by))
-                self._want_room = not enough
+                if backlog and not refill_by:
+                    refill_by = now + REFILL_WAIT
+                need = self._refill if backlog and now < refill_by else 1
+                free = self.capacity - self._inflight
+                enough = free >= need
+                self._want_room = 0 if enough else need
                 if not enough:
-                    if not refill_by:
-                        refill_by = now + REFILL_WAIT
-                    until = refill_by if free > 0 else now + REFILL_WAIT
+                    until = refill_by if need > 1 else None
                 else:
                     refill_by = 0.0
                     asked = min(free, self.batch_size)
@@ -271,14 +294,12 @@ class AsyncWorker(WorkerCore):
                         await self._reconnect_take()
                         continue
                     self._inflight += len(jobs)
-                    for job in jobs:
-                        t = create_task(run_job(job))
-                        tasks.add(t)
-                        t.add_done_callback(discard)
+                    self._waiting.extend(jobs)
+                    self._start_jobs()
                     backlog = len(jobs) == asked
                     if backlog:
                         self._due = True
-                        await asyncio.sleep(0)     # let the handlers start
+                        await asyncio.sleep(0)     # (the handlers start)
                         continue
                     next_poll = time.monotonic() + self.poll_interval
                     if self._due:
@@ -287,28 +308,77 @@ class AsyncWorker(WorkerCore):
             ev.clear()
             if self._stopping or (self._due and not self._want_room):
                 continue
-            timeout = max(0.0, until - time.monotonic())
             try:
-                await asyncio.wait_for(ev.wait(), timeout)
+                if until is None:
+                    await ev.wait()
+                else:
+                    await asyncio.wait_for(ev.wait(), max(0.0, until - time.monotonic()))
             except asyncio.TimeoutError:
                 pass
 
+    def _start_jobs(self) -> None:
+        """Start the waiting jobs while fewer than concurrency handlers run."""
+        assert self._loop is not None
+        create_task = self._loop.create_task
+        tasks = self._tasks
+        waiting = self._waiting
+        while waiting and len(tasks) < self.concurrency:
+            job = waiting.popleft()
+            if job.lost:
+                continue
+            tasks[job] = create_task(self._run_job(job))
+
     async def _run_job(self, job: Job) -> None:
-        if self._stopping:
-            self._release(job)
-        else:
-            job._started_at = time.monotonic()
-            try:
-                result = self.handlers[job.handler](job.payload, job)
-                if inspect.isawaitable(result):
-                    await result
-            except BaseException as exc:   # noqa: B902 - any exception fails the attempt
-                self._failed(job, exc)
+        try:
+            if self._stopping:
+                self._release(job)
             else:
-                self._replies.append((job, P.COMPLETE, None, None))
-        ev = self._flush_event
-        if ev is not None and not ev.is_set():
-            ev.set()
+                job._started_at = time.monotonic()
+                self._running.add(job)
+                try:
+                    result = self.handlers[job.handler](job.payload, job)
+                    if inspect.isawaitable(result):
+                        await result
+                except BaseException as exc:   # noqa: B902 - any exception fails the attempt
+                    self._failed(job, exc)
+                else:
+                    if job._done or job.lost:
+                        self._discard(job)
+                    else:
+                        job._done = True
+                        self._replies.append((job, P.COMPLETE, None, None))
+                self._running.discard(job)
+        finally:
+            del self._tasks[job]
+            if self._waiting:
+                self._start_jobs()
+            ev = self._flush_event
+            if ev is not None and not ev.is_set():
+                ev.set()
+
+    async def _finish_handlers(self) -> None:
+        """At stop: jobs not started are given back, running handlers get stop_timeout to finish
+        (then they are failed and their tasks cancelled)."""
+        while self._waiting:
+            job = self._waiting.popleft()
+            if not job.lost:
+                self._release(job)
+        if self._tasks:
+            _, pending = await asyncio.wait(list(self._tasks.values()), timeout=self.stop_timeout)
+            if pending:
+                self._give_up_running()
+                for t in pending:
+                    t.cancel()
+                await asyncio.wait(pending, timeout=5)
+
+    def _room(self, n: int) -> None:
+        if n <= 0:
+            return
+        self._inflight -= n
+        if self._want_room and self.capacity - self._inflight >= self._want_room:
+            self._want_room = 0
+            assert self._wake_event is not None
+            self._wake_event.set()
 
     # ---- the flusher: replies, logs, progress, leases ----------------------------------------
     async def _flusher_main(self) -> None:
@@ -326,9 +396,9 @@ class AsyncWorker(WorkerCore):
             try:
                 await self._flush()
                 now = time.monotonic()
-                if now >= next_check:
+                if now >= next_check and not exiting:
                     await self._extend_leases(now)
-                    next_check = now + (min(self._extend_every, 1.0) if self.job_timeout else self._extend_every)
+                    next_check = now + (min(self._extend_every, 1.0) if self.timeout else self._extend_every)
             except psycopg.OperationalError as err:
                 if not await self._reconnect_reply(err, exiting):
                     self._drop_pending()
@@ -358,15 +428,7 @@ class AsyncWorker(WorkerCore):
             except BaseException:
                 self._replies.extendleft(reversed(batch))
                 raise
-            self._replied(batch, ignored)
-            self._room(len(batch))
-
-    def _room(self, n: int) -> None:
-        self._inflight -= n
-        if self._want_room and self.concurrency - self._inflight >= self._refill:
-            self._want_room = False
-            assert self._wake_event is not None
-            self._wake_event.set()
+            self._room(self._replied(batch, ignored))
 
     async def _extend_leases(self, now: float) -> None:
         jobs = self._leases_to_extend(now)
@@ -378,15 +440,16 @@ class AsyncWorker(WorkerCore):
             self._extended(chunk, await cur.fetchall(), now)
 
     def _drop_pending(self) -> None:
-        dropped = len(self._replies)
-        for job, *_ in self._replies:
-            self._held.pop(job.id, None)
-        self._room(dropped)
-        self._replies.clear()
+        n = 0
+        while self._replies:
+            job = self._replies.popleft()[0]
+            if self._held.pop(job.id, None) is not None:
+                n += 1
+        self._room(n)
         self._logs.clear()
         self._progress.clear()
-        if dropped:
-            logger.error("%d replies could not be sent: those jobs are retried when their leases expire", dropped)
+        if n:
+            logger.error("%d replies could not be sent: those jobs are retried when their leases expire", n)
 
     async def _reconnect_reply(self, err: Exception, exiting: bool) -> bool:
         delay = RECONNECT_MIN

@@ -20,48 +20,52 @@ _IN = ("SELECT vq_enqueue_in(%s::text, %s::jsonb, %s::interval, %s::text, %s::in
 _MANY = ("SELECT array_to_json(vq_enqueue_many(%s::text, %s::jsonb[], %s::timestamptz, %s::text,"
          " %s::integer, %s::integer, %s::text[], %s::jsonb))::text")
 
-RunAt = Union[datetime, timedelta, int, float, None]
+RunAt = Union[datetime, timedelta, str, None]
+Interval = Union[timedelta, str, None]
 Conn = Union[psycopg.Connection, psycopg.Cursor]
 AConn = Union[psycopg.AsyncConnection, psycopg.AsyncCursor]
 
 
-def _interval(v: Union[timedelta, int, float, None]) -> Optional[timedelta]:
-    if v is None or isinstance(v, timedelta):
-        return v
-    return timedelta(seconds=float(v))
+def _check(value: Any, name: str, types: tuple) -> None:
+    if value is not None and not isinstance(value, types):
+        raise TypeError(f"{name} must be one of {', '.join(t.__name__ for t in types)} or None,"
+                        f" not {type(value).__name__}")
 
 
 def _statement(name: str, payload: Any, run_at: RunAt, job_id: Optional[str], queue: Optional[str],
                priority: Optional[int], max_attempts: Optional[int], metadata: Optional[dict],
-               unique_for: Union[timedelta, int, float, None]) -> tuple:
-    if run_at is None or isinstance(run_at, datetime):
-        stmt, when = _AT, run_at
-    else:
-        stmt, when = _IN, _interval(run_at)
-    return stmt, [name, None if payload is None else Jsonb(payload), when, queue, priority, max_attempts,
-                  job_id, None if metadata is None else Jsonb(metadata), _interval(unique_for)]
+               unique_for: Interval) -> tuple:
+    _check(run_at, "run_at", (datetime, timedelta, str))
+    _check(unique_for, "unique_for", (timedelta, str))
+    stmt = _IN if isinstance(run_at, timedelta) else _AT
+    if isinstance(run_at, datetime) and run_at.tzinfo is None:
+        run_at = run_at.astimezone()      # (naive: the local time of this process)
+    return stmt, [name, None if payload is None else Jsonb(payload), run_at, queue, priority, max_attempts,
+                  job_id, None if metadata is None else Jsonb(metadata), unique_for]
 
 
 @overload
 def enqueue(conn: Conn, name: str, payload: Any = ..., *, run_at: RunAt = ..., job_id: Optional[str] = ...,
             queue: Optional[str] = ..., priority: Optional[int] = ..., max_attempts: Optional[int] = ...,
-            metadata: Optional[dict] = ..., unique_for: Union[timedelta, int, float, None] = ...) -> str: ...
+            metadata: Optional[dict] = ..., unique_for: Interval = ...) -> str: ...
 @overload  # noqa: E302
 def enqueue(conn: AConn, name: str, payload: Any = ..., *, run_at: RunAt = ..., job_id: Optional[str] = ...,
             queue: Optional[str] = ..., priority: Optional[int] = ..., max_attempts: Optional[int] = ...,
-            metadata: Optional[dict] = ..., unique_for: Union[timedelta, int, float, None] = ...) -> Awaitable[str]: ...
+            metadata: Optional[dict] = ..., unique_for: Interval = ...) -> Awaitable[str]: ...
 def enqueue(conn: Any, name: str, payload: Any = None, *, run_at: RunAt = None, job_id: Optional[str] = None,  # noqa: E302
             queue: Optional[str] = None, priority: Optional[int] = None, max_attempts: Optional[int] = None,
-            metadata: Optional[dict] = None, unique_for: Union[timedelta, int, float, None] = None) -> Any:
+            metadata: Optional[dict] = None, unique_for: Interval = None) -> Any:
     """Enqueue a job of handler ``name`` on ``conn`` (a psycopg Connection or Cursor: the job
     joins its current transaction; with an autocommit connection outside a transaction block it
     commits at once). Returns the job's execution id (a str).
 
-    ``payload``: anything JSON can hold (None: no payload); ``run_at``: a datetime (when), a
-    timedelta or a number of seconds (delay), None (now); ``job_id``: an idempotency key (the
-    same key of the same role gives the same job); ``queue``, ``priority``, ``max_attempts``:
-    override the handler's; ``metadata``: a JSON object kept with the job; ``unique_for``: how
-    long the job_id stays unique (timedelta or seconds).
+    ``payload``: anything JSON can hold (None: no payload); ``run_at``: when the job becomes due,
+    a datetime (naive: local time), a timedelta from now, or a timestamptz string (default now);
+    ``job_id``: an idempotency key (while an unfinished job of your role holds it, enqueue returns
+    that job's execution id and inserts nothing); ``queue``, ``priority``, ``max_attempts``:
+    override the handler's; ``metadata``: a JSON object, merged with the durable context
+    (``vq_context_set``); ``unique_for``: with ``job_id``, the key also covers finished jobs for
+    this long (a timedelta or an interval string).
 
     Given a psycopg AsyncConnection (or AsyncCursor), returns an awaitable: ``await enqueue(...)``
     (or use :func:`enqueue_async`)."""
@@ -76,7 +80,7 @@ def enqueue(conn: Any, name: str, payload: Any = None, *, run_at: RunAt = None, 
 async def enqueue_async(conn: AConn, name: str, payload: Any = None, *, run_at: RunAt = None,
                         job_id: Optional[str] = None, queue: Optional[str] = None, priority: Optional[int] = None,
                         max_attempts: Optional[int] = None, metadata: Optional[dict] = None,
-                        unique_for: Union[timedelta, int, float, None] = None) -> str:
+                        unique_for: Interval = None) -> str:
     """:func:`enqueue` on a psycopg AsyncConnection or AsyncCursor."""
     stmt, params = _statement(name, payload, run_at, job_id, queue, priority, max_attempts, metadata, unique_for)
     cur = await conn.execute(stmt, params)
@@ -88,8 +92,11 @@ async def enqueue_async(conn: AConn, name: str, payload: Any = None, *, run_at: 
 def _many_params(name: str, payloads: Sequence[Any], run_at: Optional[datetime], queue: Optional[str],
                  priority: Optional[int], max_attempts: Optional[int], job_ids: Optional[Sequence[str]],
                  metadata: Optional[dict]) -> list:
+    _check(run_at, "run_at", (datetime, str))
+    if isinstance(run_at, datetime) and run_at.tzinfo is None:
+        run_at = run_at.astimezone()
     return [name, text_array(json.dumps(p) for p in payloads), run_at, queue, priority, max_attempts,
-            None if job_ids is None else list(job_ids), None if metadata is None else Jsonb(metadata)]
+            None if job_ids is None else text_array(job_ids), None if metadata is None else Jsonb(metadata)]
 
 
 def enqueue_many(conn: Conn, name: str, payloads: Sequence[Any], *, run_at: Optional[datetime] = None,

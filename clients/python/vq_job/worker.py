@@ -1,4 +1,4 @@
-"""Worker: runs external handlers' jobs in a pool of threads (plain functions as handlers)."""
+"""Worker: runs external handlers' jobs in threads (plain functions as handlers)."""
 from __future__ import annotations
 
 import os
@@ -34,53 +34,44 @@ class Worker(WorkerCore):
 
     A handler is ``def handler(payload, job)``: returning completes the job; raising fails the
     attempt with the exception's message (its traceback goes to the job's log as an ERROR line);
-    raising :class:`vq_job.Retry` retries it at a chosen time.
-
-    Options (keyword-only after ``concurrency``): ``batch_size`` (most jobs one take asks for,
-    default ``min(concurrency, 1000)``), ``poll_interval`` (seconds between takes when no
-    notification comes; default 2 with LISTEN, 0.5 without), ``lease`` (seconds, default 60,
-    extended while the handler runs), ``job_timeout`` (seconds after which a running handler's
-    lease is no longer extended: the server abandons the attempt and retries the job; default
-    None, never), ``listen`` (LISTEN for wake-ups on the main connection; False behind a
-    transaction pooler), ``listen_conninfo`` (LISTEN on this direct connection instead),
-    ``reply_batch_size``, ``application_name``.
+    raising :class:`vq_job.Retry` has it due again at a time of your choice. See README.md for
+    the options.
     """
 
     def __init__(self, conninfo: str = "", handlers: Optional[Mapping[str, Handler]] = None,
                  concurrency: int = 10, **options: Any) -> None:
         super().__init__(conninfo, handlers, concurrency, **options)
         self._lock = threading.Lock()
-        # Jobs count against concurrency from their take until their reply has been applied: the
-        # jobs a worker holds stay few, and the server's work per reply with them.
-        self._inflight = 0
-        self._want_slots = False         # the take loop waits for room (_refill free slots)
-        self._refill = max(1, min(self.batch_size, self.concurrency) // 2)
+        # The handler threads (up to concurrency, started as needed): taken jobs wait in
+        # _to_start; a woken thread runs them one after the other while there are any. One thread
+        # is woken per take, so fast handlers run back to back, without a thread switch per job;
+        # once a job has waited STALL seconds to start (the threads awake are in long handlers),
+        # the take loop wakes (or starts) a thread per waiting job.
+        self._to_start: Deque[Job] = deque()
+        self._cv = threading.Condition(self._lock)
+        self._idle = 0                   # threads waiting for jobs
+        self._busy = 0                   # threads running a handler
+        self._threads_exit = False
+        self._threads: List[threading.Thread] = []
+        self._stall = STALL
         self._flush_event = threading.Event()
         self._flusher_exit = False
         self._done = threading.Event()
         self._wake_r = self._wake_w = -1
-        # The handler threads (up to concurrency, started as needed): taken jobs wait in
-        # _to_start; a woken thread runs them one after the other while there are any. One thread
-        # is woken per take, so fast handlers run back to back, without a thread switch per job;
-        # when a job has waited STALL seconds to start (the threads awake are in long handlers),
-        # the take loop wakes (or starts) one thread per waiting job.
-        self._to_start: Deque[Job] = deque()
-        self._cv = threading.Condition(self._lock)
-        self._idle = 0                   # threads waiting for jobs
-        self._threads_exit = False
-        self._threads: List[threading.Thread] = []
         self._take_conn: Optional[psycopg.Connection] = None
         self._listen_conn: Optional[psycopg.Connection] = None
         self._reply_conn: Optional[psycopg.Connection] = None
         self._channels: List[str] = []
         self._old_signals: dict = {}
+        #: set once the worker listens (when it does) and is about to take its first jobs
+        self.ready = threading.Event()
 
     # ---- public ------------------------------------------------------------------------------
     def run(self) -> None:
-        """Take and run jobs until :meth:`stop`; then finish the handlers that run, reply for
-        them, give back the jobs taken but not started, and return. Raises if the connections
-        cannot be opened at start or the server refuses the take (e.g. a handler that is not a
-        registered external handler)."""
+        """Take and run jobs until :meth:`stop`; then give back the jobs taken and not started,
+        wait for the running handlers (up to ``stop_timeout``), reply for them, and return.
+        Raises if the connections cannot be opened at start, a handler is not a registered
+        external handler, or the server refuses the take."""
         if self._started:
             raise RuntimeError("a Worker runs once")
         self._started = True
@@ -92,17 +83,15 @@ class Worker(WorkerCore):
             self._take_conn = self._open(self.conninfo)
             self._reply_conn = self._open(self.conninfo)
             self._start_listening()
-            flusher = threading.Thread(target=self._flusher_main, name="vq_job flusher", daemon=True)
+            flusher = threading.Thread(target=self._flusher_main, name="vq_job replies", daemon=True)
             flusher.start()
-            logger.info("worker started: handlers %s, concurrency %d", ", ".join(self.handlers), self.concurrency)
+            logger.info("worker started: handlers %s, concurrency %d%s", ", ".join(self.handlers),
+                        self.concurrency, "" if self.listening else ", polling")
+            self.ready.set()
             self._take_loop()
         finally:
             self._stopping = True
-            with self._cv:
-                self._threads_exit = True
-                self._cv.notify_all()
-            for t in self._threads:
-                t.join()
+            self._finish_handlers()
             if flusher is not None:
                 self._flusher_exit = True
                 self._flush_event.set()
@@ -118,26 +107,30 @@ class Worker(WorkerCore):
             logger.info("worker stopped: %s", self.stats)
 
     def stop(self, wait: bool = False, timeout: Optional[float] = None) -> bool:
-        """Ask the worker to stop gracefully: take nothing more, let running handlers finish,
-        reply, give back the jobs not started (no attempt consumed). Returns at once unless
-        ``wait`` (then when run() has returned, or after ``timeout``: True if it has). Safe from
-        signal handlers and other threads (do not wait from a handler)."""
+        """Ask the worker to stop gracefully: take nothing more, give back the jobs not started
+        (no attempt consumed), let running handlers finish (up to ``stop_timeout``), reply. Returns
+        at once unless ``wait`` (then once run() has returned, or after ``timeout``): whether run()
+        has returned. Safe from signal handlers, handlers and other threads (do not wait from a
+        handler)."""
         self._stopping = True
         self._wake()
         if wait:
             return self._done.wait(timeout)
         return self._done.is_set()
 
-    def stop_on_signals(self, signals: Iterable[int] = (signal.SIGTERM, signal.SIGINT)) -> None:
-        """Stop gracefully on the first of these signals (call from the main thread, before or
-        while run() runs); the default handlers are back once run() returns. A second signal
-        during the graceful stop gets the default behaviour (SIGINT: KeyboardInterrupt)."""
+    def stop_on_signals(self, signals: Iterable[int] = (signal.SIGTERM, signal.SIGINT)) -> Callable[[], None]:
+        """Stop gracefully on the first of these signals (call from the main thread). A second
+        signal while stopping exits the process at once with status 128 + its number. The
+        previous handlers are back when run() returns; the function returned puts them back
+        sooner."""
         def handle(signum: int, frame: Any) -> None:
+            if self._stopping:
+                os._exit(128 + signum)
             logger.info("signal %d: stopping", signum)
-            self._restore_signals()
             self.stop()
         for s in signals:
             self._old_signals[s] = signal.signal(s, handle)
+        return self._restore_signals
 
     # ---- internals ---------------------------------------------------------------------------
     def _restore_signals(self) -> None:
@@ -156,10 +149,11 @@ class Worker(WorkerCore):
             self._flush_event.set()
 
     def _wake(self) -> None:
-        try:
-            os.write(self._wake_w, b"x")
-        except (BlockingIOError, OSError):
-            pass
+        if self._wake_w >= 0:
+            try:
+                os.write(self._wake_w, b"x")
+            except OSError:
+                pass
 
     def _open(self, conninfo: str) -> psycopg.Connection:
         return psycopg.connect(conninfo, **self._connect_kwargs(conninfo))
@@ -168,17 +162,18 @@ class Worker(WorkerCore):
         self._on_notify(n.payload)
 
     def _start_listening(self) -> None:
-        """LISTEN on the handlers' channels (before the first take)."""
-        if not self.listen:
-            return
-        assert self._take_conn is not None
+        """Find out whether the take connection goes through a pooler; LISTEN on the handlers'
+        channels (before the first take), on it or on listen_conninfo."""
+        conn = self._take_conn
+        assert conn is not None
         if not self._channels:
-            rows = self._take_conn.execute(P.CHANNELS_SQL, [self._handler_names]).fetchall()
-            self._channels = sorted({ch for _, ch in rows if ch})
+            self._channels = self._check_handlers(conn.execute(P.CHANNELS_SQL, [self._handler_names]).fetchall())
+        backend = conn.execute("SELECT pg_backend_pid()").fetchone()
+        self._settle_listening(backend is None or backend[0] != conn.info.backend_pid)
+        if not self.listening:
+            return
         if self.listen_conninfo is not None:
             conn = self._listen_conn = self._open(self.listen_conninfo)
-        else:
-            conn = self._take_conn
         conn.add_notify_handler(self._notify_handler)
         for ch in self._channels:
             conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(ch)))
@@ -212,7 +207,7 @@ class Worker(WorkerCore):
         try:
             while os.read(self._wake_r, 4096):
                 pass
-        except (BlockingIOError, OSError):
+        except OSError:
             pass
 
     def _take(self, n: int) -> List[Job]:
@@ -224,21 +219,23 @@ class Worker(WorkerCore):
     def _take_loop(self) -> None:
         next_poll = 0.0
         backlog = False          # the last take was full: more jobs are due
-        refill_by = 0.0          # with a backlog, take once there is room for refill jobs, or by then
+        refill_by = 0.0          # with a backlog, take once there is room for _refill jobs, or by then
         while not self._stopping:
             now = time.monotonic()
             if now >= next_poll:
                 self._due = True
             until: Optional[float] = next_poll
             if self._due:
+                # with a backlog, wait a moment for room for a good batch rather than take a few
+                if backlog and not refill_by:
+                    refill_by = now + REFILL_WAIT
+                need = self._refill if backlog and now < refill_by else 1
                 with self._lock:
-                    free = self.concurrency - self._inflight
-                    enough = free >= self._refill or (free > 0 and (not backlog or now >= refill_by))
-                    self._want_slots = not enough
+                    free = self.capacity - self._inflight
+                    enough = free >= need
+                    self._want_room = 0 if enough else need
                 if not enough:
-                    if not refill_by:
-                        refill_by = now + REFILL_WAIT
-                    until = refill_by if free > 0 else now + REFILL_WAIT
+                    until = refill_by if need > 1 else None
                 else:
                     refill_by = 0.0
                     asked = min(free, self.batch_size)
@@ -258,7 +255,7 @@ class Worker(WorkerCore):
                         self._due = True      # there may be more: take again once there is room
                         continue
                     next_poll = time.monotonic() + self.poll_interval
-                    if self._due:            # a notification came during the take
+                    if self._due:             # a notification came during the take
                         continue
                     until = next_poll
             if self._to_start:
@@ -271,10 +268,12 @@ class Worker(WorkerCore):
         with self._cv:
             self._inflight += len(jobs)
             self._to_start.extend(jobs)
-            self._wake_threads(1)
+            if self._busy < self.concurrency:
+                self._wake_threads(1)
 
     def _wake_threads(self, n: int) -> None:
         """Wake n idle handler threads, starting new ones when too few are idle (self._cv held)."""
+        n = min(n, self.concurrency - self._busy)
         if self._idle:
             self._cv.notify(min(n, self._idle))
             n -= self._idle
@@ -292,18 +291,19 @@ class Worker(WorkerCore):
         try:
             since = self._to_start[0]._taken_at
         except IndexError:
-            return now + STALL
-        if now - since < STALL:
-            return since + STALL
+            return now + self._stall
+        if now - since < self._stall:
+            return since + self._stall
         with self._cv:
-            waiting = len(self._to_start) - self._idle    # (the idle ones were woken: they will take some)
-            if waiting > 0:
+            if len(self._to_start) > self._idle:
                 self._wake_threads(len(self._to_start))
-        return now + STALL
+        return now + self._stall
 
     def _wait(self, until: Optional[float]) -> None:
-        """Until a notification, a free slot (when asked for), stop(), or the time until."""
-        conn = self._listen_conn or (self._take_conn if self.listen else None)
+        """Until a notification, room (when asked for), stop(), or the time until."""
+        conn = None
+        if self.listening:
+            conn = self._listen_conn or self._take_conn
         fds = [self._wake_r]
         if conn is not None:
             fds.append(conn.fileno())
@@ -324,43 +324,68 @@ class Worker(WorkerCore):
                         break
                     self._on_notify(n.extra.decode("utf-8", "replace"))
             except psycopg.Error as err:
-                if self._stopping:
-                    return
-                logger.warning("listening connection lost (%s): reconnecting", str(err).strip())
-                self._reconnect_take()
+                if not self._stopping:
+                    logger.warning("listening connection lost (%s): reconnecting", str(err).strip())
+                    self._reconnect_take()
+
+    def _room(self, n: int) -> None:
+        """n held jobs were answered (or dropped): room for as many more."""
+        if n <= 0:
+            return
+        with self._lock:
+            self._inflight -= n
+            want = self._want_room and self.capacity - self._inflight >= self._want_room
+            if want:
+                self._want_room = 0
+        if want:
+            self._wake()
 
     # ---- handler threads ---------------------------------------------------------------------
     def _thread_main(self) -> None:
         to_start = self._to_start
         handlers = self.handlers
         replies = self._replies
+        running = self._running
         cv = self._cv
         flush_event = self._flush_event
         monotonic = time.monotonic
         sleep = time.sleep
         last_yield = 0.0
+        with cv:
+            self._busy += 1
         while True:
             try:
                 job = to_start.popleft()
             except IndexError:
                 with cv:
+                    self._busy -= 1
                     self._idle += 1
                     while not to_start and not self._threads_exit:
                         cv.wait()
                     self._idle -= 1
+                    self._busy += 1
                     if not to_start:
+                        self._busy -= 1
                         return
+                continue
+            if job.lost:
                 continue
             if self._stopping:
                 self._release(job)
             else:
                 job._started_at = start = monotonic()
+                running.add(job)
                 try:
                     handlers[job.handler](job.payload, job)
                 except BaseException as exc:   # noqa: B902 - any exception fails the attempt
                     self._failed(job, exc)
                 else:
-                    replies.append((job, P.COMPLETE, None, None))
+                    if job._done or job.lost:
+                        self._discard(job)
+                    else:
+                        job._done = True
+                        replies.append((job, P.COMPLETE, None, None))
+                running.discard(job)
                 # (a thread that runs fast handlers back to back would keep the GIL for the switch
                 # interval, 5 ms, each time the take or reply thread needs it: let them have it)
                 if start - last_yield > YIELD_EVERY:
@@ -368,6 +393,26 @@ class Worker(WorkerCore):
                     last_yield = monotonic()
             if not flush_event.is_set():
                 flush_event.set()
+
+    def _finish_handlers(self) -> None:
+        """At stop: jobs not started are given back, running handlers get stop_timeout to finish."""
+        with self._cv:
+            self._threads_exit = True
+            self._cv.notify_all()
+            threads = list(self._threads)
+        deadline = time.monotonic() + self.stop_timeout
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        # (jobs never picked up: no thread was free)
+        while True:
+            try:
+                job = self._to_start.popleft()
+            except IndexError:
+                break
+            if not job.lost:
+                self._release(job)
+        if any(t.is_alive() for t in threads):
+            self._give_up_running()
 
     # ---- the flusher: replies, logs, progress, leases ----------------------------------------
     def _flusher_main(self) -> None:
@@ -380,15 +425,15 @@ class Worker(WorkerCore):
             try:
                 self._flush()
                 now = time.monotonic()
-                if now >= next_check:
+                if now >= next_check and not exiting:
                     self._extend_leases(now)
-                    next_check = now + min(self._extend_every, 1.0) if self.job_timeout else now + self._extend_every
+                    next_check = now + (min(self._extend_every, 1.0) if self.timeout else self._extend_every)
             except psycopg.OperationalError as err:
                 if not self._reconnect_reply(err, exiting):
                     self._drop_pending()
                     return
                 continue
-            except Exception:   # a bug or a refused call: say it, keep going (leases will expire)
+            except Exception:   # a bug or a refused call: say it, go on (the leases will expire)
                 logger.exception("sending replies failed; the jobs concerned are retried when their leases expire")
                 self._drop_pending()
             if exiting and not self._pending():
@@ -398,12 +443,10 @@ class Worker(WorkerCore):
         conn = self._reply_conn
         assert conn is not None
         if self._logs:
-            lines = self._take_logs()
-            for chunk in P.chunks(lines, 1000):
+            for chunk in P.chunks(self._take_logs(), 1000):
                 conn.execute(P.LOG_SQL, P.log_params(chunk))
         if self._progress:
-            items = self._take_progress()
-            for chunk in P.chunks(items, 1000):
+            for chunk in P.chunks(self._take_progress(), 1000):
                 conn.execute(P.PROGRESS_SQL, P.progress_params(chunk))
         while self._replies:
             batch = self._take_replies()
@@ -413,8 +456,7 @@ class Worker(WorkerCore):
             except BaseException:
                 self._replies.extendleft(reversed(batch))   # sent again after a reconnect
                 raise
-            self._replied(batch, ignored)
-            self._room(len(batch))
+            self._room(self._replied(batch, ignored))
 
     def _extend_leases(self, now: float) -> None:
         jobs = self._leases_to_extend(now)
@@ -425,26 +467,17 @@ class Worker(WorkerCore):
                                                P.plain_array(j.attempt for j in chunk), self.lease]).fetchall()
             self._extended(chunk, rows, now)
 
-    def _room(self, n: int) -> None:
-        """n jobs were answered: room for as many more."""
-        with self._lock:
-            self._inflight -= n
-            want = self._want_slots and self.concurrency - self._inflight >= self._refill
-            if want:
-                self._want_slots = False
-        if want:
-            self._wake()
-
     def _drop_pending(self) -> None:
-        dropped = len(self._replies)
-        for job, *_ in self._replies:
-            self._held.pop(job.id, None)
-        self._room(dropped)
-        self._replies.clear()
+        n = 0
+        while self._replies:
+            job = self._replies.popleft()[0]
+            if self._held.pop(job.id, None) is not None:
+                n += 1
+        self._room(n)
         self._logs.clear()
         self._progress.clear()
-        if dropped:
-            logger.error("%d replies could not be sent: those jobs are retried when their leases expire", dropped)
+        if n:
+            logger.error("%d replies could not be sent: those jobs are retried when their leases expire", n)
 
     def _reconnect_reply(self, err: Exception, exiting: bool) -> bool:
         """A new reply connection after a failure; False to give up (when stopping, after a few tries)."""
