@@ -12,16 +12,20 @@
 //                                                       "created_ms start_ms" into OUTFILE
 //   node driver.js enqueue-sql SYSTEM / load-sql SYSTEM N   print the SQL that enqueues one / N jobs
 //   node driver.js windows FILE BACKLOG T0_MS WINDOW_S SECS  steady-load windows (see windows())
-// SYSTEM: vq (vq_job), graphile (graphile-worker), pgboss (pg-boss). The connection comes from the
-// PG* environment variables. Every command prints one line "key=value ..." on stdout.
+// SYSTEM: vq (vq_job through SQL; its handlers run in the server), graphile (graphile-worker),
+// pgboss (pg-boss), vqnode (vq_job's external handler 'ext' run by clients/node's Worker: drain,
+// latency, worker, load-sql). The connection comes from the PG* environment variables. Every
+// command prints one line "key=value ..." on stdout.
 // SETTING: "c=10,lq=500,bd=0" (graphile: concurrency, local queue size, completeJobBatchDelay ms)
 //          "w=2,b=1000,p=0.5"  (pg-boss: work() calls, batchSize, pollingIntervalSeconds)
+//          "c=2000,b=1000,p=2" (vqnode: concurrency, batchSize, pipelines; unset = the library's default)
 'use strict';
 
 const fs = require('fs');
 const { Pool } = require('pg');
 
 const QUEUE = 'noop';
+const EXT = 'ext';      // vq_job's external handler (test/compare/vq_setup.sql), in queue bench_ext
 const PAYLOAD = { n: 1 };
 const log = (...a) => console.error('[driver]', ...a);
 const now = () => performance.timeOrigin + performance.now();   // epoch ms, sub-ms resolution
@@ -51,6 +55,7 @@ const out = (o) => console.log(Object.entries(o).map(([k, v]) => `${k}=${v}`).jo
 
 // --- the peers' libraries, loaded only when used -----------------------------------------
 const graphile = () => require('graphile-worker');
+const vqjob = () => require('vq-job');     // clients/node, installed as a copy (test/compare/.npmrc)
 const PgBoss = () => require('pg-boss');
 const bossOptions = (extra) => ({
     connectionString: conn(), supervise: false, schedule: false, migrate: false,
@@ -63,6 +68,7 @@ const loadSql = {
     graphile: (n) => `SELECT count(*) FROM graphile_worker.add_jobs(ARRAY(SELECT ROW('${QUEUE}', '{"n": 1}'::json,
                         NULL, NULL, NULL, NULL, NULL, NULL)::graphile_worker.job_spec FROM generate_series(1, ${n})))`,
     pgboss: (n) => `INSERT INTO pgboss.job (name, data) SELECT '${QUEUE}', '{"n": 1}'::jsonb FROM generate_series(1, ${n})`,
+    vqnode: (n) => `SELECT count(*) FROM unnest(vq_enqueue_many('${EXT}', array_fill('{"n": 1}'::jsonb, ARRAY[${n}])))`,
 };
 // SQL that enqueues one no-op job (the SQL path of the enqueue workload, run by pgbench).
 const enqueueSql = {
@@ -74,6 +80,8 @@ const enqueueSql = {
 const doneSql = {
     graphile: `SELECT NOT EXISTS (SELECT 1 FROM graphile_worker._private_jobs) AS done`,
     pgboss: `SELECT NOT EXISTS (SELECT 1 FROM pgboss.job WHERE name = '${QUEUE}' AND state < 'completed') AS done`,
+    // (a job leaves vq.job_active when it ends)
+    vqnode: `SELECT NOT EXISTS (SELECT 1 FROM vq.job_active WHERE handler = '${EXT}') AS done`,
 };
 
 async function setup(system) {
@@ -100,6 +108,11 @@ function quietLogger() {
 // `max` connections, through each system's client API. Returns { add, addMany, close }.
 // (vq_job's client API is SQL: vq_enqueue / vq_enqueue_many called through node-postgres.)
 async function enqueuer(system, max, handler = QUEUE) {
+    if (system === 'vqnode') {
+        const p = pool(max);
+        const { enqueue: add } = vqjob();
+        return { add: () => add(p, EXT, PAYLOAD), close: () => p.end() };
+    }
     if (system === 'vq') {
         const p = pool(max);
         return {
@@ -163,6 +176,18 @@ async function load(system, jobs) {
 // A running worker of a peer. onJob(job) is called at each handler start with
 // { id, created } (created: epoch ms of the job's creation, when the system reports it).
 async function startWorker(system, s, onJob) {
+    if (system === 'vqnode') {
+        const opts = {
+            connectionString: conn(), handlers: { [EXT]: async (_payload, job) => { onJob({ id: job.id }); } },
+            logger: { warn: (...a) => log('vq-job', ...a), error: (...a) => log('vq-job', ...a) },
+        };
+        if (s.c) opts.concurrency = s.c;
+        if (s.b) opts.batchSize = s.b;
+        if (s.p) opts.pipelines = s.p;
+        const w = new (vqjob().Worker)(opts);
+        await w.start();
+        return { stop: () => w.stop(), stats: () => w.stats };
+    }
     if (system === 'graphile') {
         const preset = { worker: {} };
         if (s.lq > 0) preset.worker.localQueue = { size: s.lq };
@@ -187,7 +212,61 @@ async function startWorker(system, s, onJob) {
     return { stop: () => boss.stop({ graceful: true, wait: true, timeout: 5000 }) };
 }
 
+// The server's clock minus ours (ms), from the probe with the lowest round trip of 20.
+async function clockOffset(p) {
+    const offs = [];
+    for (let i = 0; i < 20; i++) {
+        const a = now();
+        const r = await p.query(`SELECT extract(epoch FROM clock_timestamp()) * 1000 AS t`);
+        const b = now();
+        offs.push({ rtt: b - a, off: Number(r.rows[0].t) - (a + b) / 2 });
+    }
+    offs.sort((x, y) => x.rtt - y.rtt);
+    return offs[0].off;
+}
+
+// vq_job, the external handler run by clients/node's Worker: JOBS jobs loaded (committed) first;
+// rate = JOBS / (the last finished_at - the moment worker.start() is called), on the server's
+// clock (ours is aligned with it by clockOffset). Also from the first handler start, as the peers
+// are counted (first_rate).
+async function drainVqNode(jobs, setting) {
+    const s = parseSetting(setting);
+    const p = pool(1);
+    await p.query(loadSql.vqnode(jobs));
+    await p.query(`ANALYZE vq.job`);
+    await p.query('CHECKPOINT');
+    const offset = await clockOffset(p);
+    let started = 0, first = 0, allStarted;
+    const allStartedP = new Promise((r) => { allStarted = r; });
+    const timeout = setTimeout(() => { log(`drain: only ${started} of ${jobs} jobs started within 300 s`); process.exit(1); }, 300000);
+    const t0 = now();
+    const w = await startWorker('vqnode', s, () => {
+        if (started++ === 0) first = now();
+        if (started === jobs) allStarted();
+    });
+    await allStartedP;
+    while (!(await p.query(doneSql.vqnode)).rows[0].done) await sleep(5);
+    clearTimeout(timeout);
+    const stats = w.stats();
+    await w.stop();
+    const r = (await p.query(`SELECT count(*) FILTER (WHERE state = 'COMPLETED')::int AS n,
+                                     extract(epoch FROM max(finished_at)) * 1000 AS last
+                                FROM vq.job WHERE handler = '${EXT}'`)).rows[0];
+    await p.end();
+    if (r.n !== jobs || started !== jobs) {
+        log(`drain: ${r.n} of ${jobs} jobs COMPLETED, ${started} handler calls`);
+        process.exitCode = 1;
+    }
+    const last = Number(r.last) - offset;    // on our clock
+    const secs = (last - t0) / 1000;
+    out({
+        jobs, setting, secs: fx(secs), rate: Math.round(jobs / secs), first_rate: Math.round(jobs / ((last - first) / 1000)),
+        first_start_ms: fx(first - t0, 1), takes: stats.takes, reply_calls: stats.replyCalls, clock_offset_ms: fx(offset),
+    });
+}
+
 async function drain(system, jobs, setting) {
+    if (system === 'vqnode') return drainVqNode(jobs, setting);
     const s = parseSetting(setting);
     const p = pool(1);
     await p.query(loadSql[system](jobs));
@@ -220,16 +299,11 @@ async function latency(system, jobs, gap, pollMs) {
     if (system === 'vq') {
         p = pool(1);
         // The handler stamps clock_timestamp(); measure the server clock against ours.
-        const offs = [];
-        for (let i = 0; i < 20; i++) {
-            const a = now();
-            const r = await p.query(`SELECT extract(epoch FROM clock_timestamp()) * 1000 AS t`);
-            const b = now();
-            offs.push({ rtt: b - a, off: Number(r.rows[0].t) - (a + b) / 2 });
-        }
-        offs.sort((x, y) => x.rtt - y.rtt);
-        offset = offs[0].off;
+        offset = await clockOffset(p);
         await p.query('TRUNCATE compare.started');
+    } else if (system === 'vqnode') {
+        // clients/node's Worker, idle (LISTEN), in this process: the handler reads our clock.
+        w = await startWorker(system, { c: 10 }, (j) => starts.set(String(j.id), now()));
     } else {
         // pg-boss fetches once per polling interval (it sleeps the rest of the interval even
         // after a full fetch), so its worker takes up to 100 jobs a fetch to keep up at all.
@@ -274,18 +348,40 @@ async function latency(system, jobs, gap, pollMs) {
 }
 
 // Steady load: run the workers until SIGTERM, one line per job start.
+// vqnode: the job's creation time is not among what a take returns: the worker keeps
+// "execution_id start_ms" and, once stopped, reads created_at from vq.job (the server's clock,
+// aligned with ours by clockOffset) and writes the same lines as the peers.
 async function worker(system, setting, file) {
     const s = parseSetting(setting);
     const lines = [];
-    const w = await startWorker(system, s, (j) => lines.push(`${j.created.toFixed(3)} ${now().toFixed(3)}\n`));
+    let p = null, offset = 0;
+    if (system === 'vqnode') {
+        p = pool(1);
+        offset = await clockOffset(p);
+    }
+    const record = system === 'vqnode' ? (j) => lines.push([j.id, now()])
+        : (j) => lines.push(`${j.created.toFixed(3)} ${now().toFixed(3)}\n`);
+    const w = await startWorker(system, s, record);
     const flush = () => { if (lines.length) fs.appendFileSync(file, lines.splice(0).join('')); };
-    const timer = setInterval(flush, 1000);
+    const timer = system === 'vqnode' ? null : setInterval(flush, 1000);
     fs.writeFileSync(file, '');
     out({ worker: system, setting, ready: 1 });
     await new Promise((r) => process.once('SIGTERM', r));
-    clearInterval(timer);
+    if (timer) clearInterval(timer);
     await w.stop();
-    flush();
+    if (system === 'vqnode') {
+        const created = new Map();
+        const r = await p.query({ text: `SELECT execution_id, extract(epoch FROM created_at) * 1000 AS c FROM vq.job WHERE handler = '${EXT}'`, rowMode: 'array' });
+        for (const [id, c] of r.rows) created.set(id, Number(c) - offset);
+        await p.end();
+        const missing = lines.filter(([id]) => !created.has(id)).length;
+        if (missing) log(`worker: ${missing} started jobs not found in vq.job`);
+        fs.writeFileSync(file, lines.filter(([id]) => created.has(id))
+            .map(([id, t]) => `${created.get(id).toFixed(3)} ${t.toFixed(3)}\n`).join(''));
+        log(`worker: ${lines.length} jobs started; clock offset ${fx(offset)} ms; stats ${JSON.stringify(w.stats())}`);
+    } else {
+        flush();
+    }
 }
 
 // Steady-load windows: FILE has "created_ms start_ms" per started job, BACKLOG "epoch_ms count"
@@ -305,7 +401,7 @@ function windows(file, backlogFile, t0, win, secs) {
 async function main() {
     const [cmd, system, ...a] = process.argv.slice(2);
     if (cmd === 'windows') return windows(system, a[0], +a[1], +a[2], +a[3]);
-    if (!['vq', 'graphile', 'pgboss'].includes(system)) throw new Error(`unknown system '${system}'`);
+    if (!['vq', 'graphile', 'pgboss', 'vqnode'].includes(system)) throw new Error(`unknown system '${system}'`);
     switch (cmd) {
         case 'setup': return setup(system);
         case 'enqueue-sql': return console.log(`${enqueueSql[system]};`);

@@ -15,9 +15,11 @@ BEGIN
 END$$;
 SELECT vq_register_handler('rec', 'compare.rec(jsonb, vq.job_context)');
 
--- The NOTIFY handler run by vq_consumer --coprocess, in a queue of its own.
-SELECT vq_create_queue('nq', max_concurrent_jobs => 10000);
-SELECT vq_register_notify_handler('nt', 'compare_nt', queue => 'nq');
+-- The external handler of the worker-protocol workloads (the Node and Python libraries,
+-- vq_consumer --coprocess): its jobs are taken by workers outside the server. A queue of its own
+-- with room for every job a worker may hold (the default queue holds 5 at once).
+SELECT vq_create_queue('bench_ext', max_concurrent_jobs => 100000);
+SELECT vq_register_notify_handler('ext', 'compare_ext', queue => 'bench_ext');
 
 -- The plain-SQL enqueue ceiling: a minimal queue table with one partial index for the claim.
 CREATE TABLE compare.plain (
@@ -29,3 +31,15 @@ CREATE TABLE compare.plain (
     payload  jsonb
 );
 CREATE INDEX ON compare.plain (priority DESC, run_at) WHERE state = 0;
+
+-- The two-step ceiling's table: the columns, defaults and indexes of vq.job_active (the partition
+-- of vq.job that holds unfinished jobs), as test/bench/workers.sh's ceiling, and its storage
+-- parameters (autovacuum as eager as vq.job_active's).
+CREATE TABLE compare.plain_job (LIKE vq.job_active INCLUDING DEFAULTS INCLUDING INDEXES);
+DO $$
+DECLARE o text[] := (SELECT reloptions FROM pg_class WHERE oid = 'vq.job_active'::regclass);
+BEGIN
+    IF o IS NOT NULL THEN
+        EXECUTE format('ALTER TABLE compare.plain_job SET (%s)', array_to_string(o, ', '));
+    END IF;
+END$$;

@@ -4,9 +4,41 @@
 #
 #   cmp_report DIR      needs CMP_RESULTS, CMP_WORK, CMP_MODE, CMP_SYSTEMS and the counts of cmp_sizes
 
-declare -A CMP_NAMES=([vq]=vq_job [vq-defaults]=vq_job [graphile]=graphile-worker [pgboss]=pg-boss [sql]="plain SQL")
+declare -A CMP_NAMES=([vq]=vq_job [vq-defaults]=vq_job [vq-node]=vq_job [graphile]=graphile-worker [pgboss]=pg-boss [sql]="plain SQL")
+
+# The goals of issue 27 (handlers in the application's language), checked in the goal column.
+CMP_GOAL_NODE_PEER=1.3       # Node drain >= 1.3 x the best peer's drain
+CMP_GOAL_NODE_CEIL=0.7       # ... and >= 0.7 x the two-step SQL ceiling's best
+CMP_GOAL_COPROC=20000        # vq_consumer --coprocess, jobs/s
+CMP_GOAL_PY=15000            # Python library, jobs/s
+CMP_GOAL_LAT_P50=1           # idle Node worker, commit -> handler start (ms)
+CMP_GOAL_LAT_P99=3
+CMP_GOAL_STEADY_P99=50       # held snapshot, 3,000 jobs/s: every window's p99 (ms)
+CMP_GOAL_STEADY_BACKLOG=3000 # ... and the largest due backlog (jobs)
 
 cmp_v() { local v; v="$(cmp_lookup "$1" "$2")"; echo "${v:--}"; }
+# cmp_ratio A B: A / B as "1.23×" ("-" when either is missing or B is 0)
+cmp_ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || a == "-" || b == "" || b == "-" || b + 0 == 0) print "-"; else printf "%.2f×\n", a / b }'; }
+# cmp_goal FIGURE OP LIMIT: PASS or MISS for FIGURE OP (le or ge) LIMIT; "-" without a figure
+cmp_goal() {
+    if [[ -z "$1" || "$1" == - ]]; then echo "-"; elif "$2" "$1" "$3"; then echo PASS; else echo MISS; fi
+}
+# cmp_goal_ratio A B MIN: PASS or MISS for A >= MIN x B; "-" when either is missing
+cmp_goal_ratio() {
+    if [[ -z "$1" || "$1" == - || -z "$2" || "$2" == - ]]; then echo "-"
+    elif awk -v a="$1" -v b="$2" -v m="$3" 'BEGIN { exit !(a >= m * b) }'; then echo PASS; else echo MISS; fi
+}
+# cmp_best_peer KEY: the best figure of the peers that ran ("-" when none did)
+cmp_best_peer() {
+    local s v best=""
+    for s in graphile pgboss; do
+        [[ " $CMP_SYSTEMS " == *" $s "* ]] || continue
+        v="$(cmp_v "$s" "$1")"
+        [[ "$v" == - ]] && continue
+        if [[ -z "$best" ]] || ge "$v" "$best"; then best="$v"; fi
+    done
+    echo "${best:--}"
+}
 cmp_thousands() { awk -v x="$1" 'BEGIN { if (x == "" || x == "-") { print "-"; exit }
     s = sprintf("%.0f", x); o = ""; while (length(s) > 3) { o = "," substr(s, length(s) - 2) o; s = substr(s, 1, length(s) - 3) }
     print s o }'; }
@@ -18,11 +50,11 @@ cmp_lat3() {  # cmp_lat3 SYSTEM TAG KIND: "p50 / p95 / p99"
         printf f " / " f " / " f "\n", a, b, c }'
 }
 
-# cmp_row LABEL BETTER: one table row from CELL[sys] (the text) and SCORE[sys] (the number
+# cmp_row LABEL BETTER [GOAL]: one table row from CELL[sys] (the text) and SCORE[sys] (the number
 # compared) of vq, graphile, pgboss (and CELL[sql]); the best score among the systems that ran
-# (BETTER: max or min) is bold, ties included.
+# (BETTER: max or min) is bold, ties included. GOAL: the goal column's text (default "-").
 cmp_row() {
-    local label="$1" better="$2" s best="" cells=() score verdict="-" ran=()
+    local label="$1" better="$2" goal="${3:--}" s best="" cells=() score verdict="-" ran=()
     for s in vq graphile pgboss; do
         score="${SCORE[$s]:--}"
         [[ "$score" == - || " $CMP_SYSTEMS " != *" $s "* ]] && continue
@@ -42,14 +74,14 @@ cmp_row() {
         fi
     done
     ((${#ran[@]} > 1)) || verdict="-"
-    printf '| %s | %s | %s | %s | %s | %s |\n' "$label" "${cells[0]}" "${cells[1]}" "${cells[2]}" "${CELL[sql]:--}" "$verdict"
+    printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$label" "${cells[0]}" "${cells[1]}" "${cells[2]}" "${CELL[sql]:--}" "$verdict" "$goal"
 }
 
 cmp_table() {
     local -A CELL SCORE
     local s k
-    echo "| workload | vq_job | graphile-worker | pg-boss | plain SQL | vq_job leads |"
-    echo "|---|---:|---:|---:|---:|:-:|"
+    echo "| workload | vq_job | graphile-worker | pg-boss | plain SQL | vq_job leads | goal (issue 27) |"
+    echo "|---|---:|---:|---:|---:|:-:|:-:|"
     for k in enq_api enq_sql batch; do
         CELL=(); SCORE=()
         for s in vq graphile pgboss sql; do
@@ -68,11 +100,40 @@ cmp_table() {
         CELL[$s]="$(cmp_thousands "${SCORE[$s]}") ($(cmp_v "$s" drain_setting))"
         [[ "${SCORE[$s]}" == - ]] && CELL[$s]="-"
     done
-    cmp_row "drain of $(cmp_thousands "$CMP_DRAIN_JOBS") no-op jobs, best setting (jobs/s; vq_job: PL/pgSQL handler; plain SQL: the ceiling)" max
+    cmp_row "drain of $(cmp_thousands "$CMP_DRAIN_JOBS") no-op jobs, best setting (jobs/s; vq_job: PL/pgSQL handler run by its executors; plain SQL: the one-step ceiling, claim and complete in one transaction)" max
+    # The handler outside the server, through the worker protocol, beside the peers' best drain
+    # (every peer runs its handler in Node) and the two-step SQL ceiling's best.
+    local peer ceil v ratios goal
+    peer="$(cmp_best_peer drain)"
+    ceil="$(cmp_v sql ceil2)"
+    for k in node py coproc; do
+        CELL=(); SCORE=()
+        v="$(cmp_v vq "$k")"
+        SCORE[vq]="$v"
+        ratios=""
+        [[ "$(cmp_ratio "$v" "$peer")" == - ]] || ratios+="; $(cmp_ratio "$v" "$peer") the best peer"
+        [[ "$(cmp_ratio "$v" "$ceil")" == - ]] || ratios+="; $(cmp_ratio "$v" "$ceil") the two-step ceiling"
+        CELL[vq]="$(cmp_thousands "$v") ($(cmp_v vq "${k}_setting"))$ratios"
+        [[ "$v" == - ]] && CELL[vq]="-"
+        for s in graphile pgboss; do
+            SCORE[$s]="$(cmp_v "$s" drain)"; CELL[$s]="$(cmp_thousands "${SCORE[$s]}") (as above)"
+            [[ "${SCORE[$s]}" == - ]] && CELL[$s]="-"
+        done
+        CELL[sql]="$(cmp_thousands "$ceil") (two-step, $(cmp_v sql ceil2_setting))"
+        [[ "$ceil" == - ]] && CELL[sql]="-"
+        case "$k" in
+            node) cmp_row "drain of $(cmp_thousands "$CMP_DRAIN_JOBS") no-op jobs, handler in Node: vq_job's external handler run by clients/node's Worker (best setting), the peers' best, plain SQL: the two-step ceiling's best (jobs/s)" max \
+                "≥ ${CMP_GOAL_NODE_PEER}× best peer: $(cmp_goal_ratio "$v" "$peer" "$CMP_GOAL_NODE_PEER"); ≥ ${CMP_GOAL_NODE_CEIL}× ceiling: $(cmp_goal_ratio "$v" "$ceil" "$CMP_GOAL_NODE_CEIL")" ;;
+            py) cmp_row "drain, handler in Python: vq_job through clients/python, Worker (threads) or AsyncWorker (best setting; Debian's python3, psycopg 3.1) (jobs/s)" max \
+                "≥ $(cmp_thousands "$CMP_GOAL_PY") jobs/s: $(cmp_goal "$v" ge "$CMP_GOAL_PY")" ;;
+            coproc) cmp_row "drain, handler in a coprocess: vq_job through vq_consumer --coprocess (best setting) (jobs/s)" max \
+                "≥ $(cmp_thousands "$CMP_GOAL_COPROC") jobs/s: $(cmp_goal "$v" ge "$CMP_GOAL_COPROC")" ;;
+        esac
+    done
     CELL=(); SCORE=()
-    SCORE[vq]="$(cmp_v vq coproc)"; CELL[vq]="$(cmp_thousands "${SCORE[vq]}") ($(cmp_v vq coproc_setting))"
-    for s in graphile pgboss; do SCORE[$s]="$(cmp_v "$s" drain)"; CELL[$s]="$(cmp_thousands "${SCORE[$s]}") (as above)"; done
-    cmp_row "drain, vq_job: handler outside the server (vq_consumer --coprocess) vs the peers' best (jobs/s)" max
+    CELL[sql]="$(for c in "${CMP_CEIL2_CLIENTS[@]}"; do cmp_thousands "$(cmp_v sql "ceil2:c=$c")"; done | paste -sd/ | sed 's|/| / |g')"
+    local clients="${CMP_CEIL2_CLIENTS[*]}"
+    cmp_row "two-step SQL ceiling, ${clients// / \/ } pgbench clients: a transaction claims $CMP_CEIL2_CLAIM rows FOR UPDATE SKIP LOCKED, marks them running and returns their payloads, a second marks them done by id (jobs/s)" max
     for k in ack call; do
         CELL=(); SCORE=()
         for s in vq graphile pgboss; do SCORE[$s]="$(cmp_v "$s" "lat_default:${k}_p50")"; CELL[$s]="$(cmp_lat3 "$s" default "$k")"; done
@@ -85,6 +146,15 @@ cmp_table() {
             SCORE[$s]="$(cmp_v "$s" "lat_minpoll:${k}_p50")"; CELL[$s]="$(cmp_lat3 "$s" minpoll "$k") (poll ${CMP_MIN_POLL_MS[$s]} ms)"
         done
         cmp_row "latency, $(cmp_lat_what "$k"), lowest poll interval, p50 / p95 / p99 (ms)" min
+    done
+    # The handler in Node: an idle clients/node Worker (woken by LISTEN), beside the peers' at their defaults.
+    for k in ack call; do
+        CELL=(); SCORE=()
+        SCORE[vq]="$(cmp_v vq "lat_node:${k}_p50")"; CELL[vq]="$(cmp_lat3 vq node "$k") (clients/node Worker)"
+        for s in graphile pgboss; do SCORE[$s]="$(cmp_v "$s" "lat_default:${k}_p50")"; CELL[$s]="$(cmp_lat3 "$s" default "$k") (as above)"; done
+        goal="-"
+        [[ "$k" == ack ]] && goal="p50 ≤ $CMP_GOAL_LAT_P50 ms: $(cmp_goal "$(cmp_v vq lat_node:ack_p50)" le "$CMP_GOAL_LAT_P50"); p99 ≤ $CMP_GOAL_LAT_P99 ms: $(cmp_goal "$(cmp_v vq lat_node:ack_p99)" le "$CMP_GOAL_LAT_P99")"
+        cmp_row "latency, $(cmp_lat_what "$k"), idle worker in Node: vq_job's external handler run by clients/node's Worker, the peers at their defaults, p50 / p95 / p99 (ms)" min "$goal"
     done
     CELL=(); SCORE=()
     for s in vq graphile pgboss; do
@@ -100,17 +170,51 @@ cmp_table() {
     [[ "$(cmp_v vq-defaults steady_backlog_max)" == - ]] ||
         CELL[vq]+=" (as shipped: $(cmp_thousands "$(cmp_v vq-defaults steady_backlog_max)"))"
     cmp_row "steady load, held snapshot: largest due backlog (jobs)" min
+    # The same load for vq_job's external handler, run by a clients/node Worker.
+    CELL=(); SCORE=()
+    for s in vq graphile pgboss; do
+        local n="$s"; [[ "$s" == vq ]] && n=vq-node
+        SCORE[$s]="$(cmp_v "$n" steady_p99_max)"
+        CELL[$s]="$(fmt "$(cmp_v "$n" steady_p50_max)" 0) / $(fmt "$(cmp_v "$n" steady_p99_max)" 0) ($(cmp_thousands "$(cmp_v "$n" steady_offered)") jobs/s enqueued)"
+        [[ "${SCORE[$s]}" == - ]] && CELL[$s]="-"
+    done
+    [[ "${SCORE[vq]}" == - ]] || CELL[vq]+="; clients/node Worker $(cmp_v vq-node steady_setting)"
+    v="$(cmp_v vq-node steady_p99_max)"
+    goal="every window p99 ≤ $CMP_GOAL_STEADY_P99 ms: $(cmp_goal "$v" le "$CMP_GOAL_STEADY_P99")"
+    # (a window in which no job started is a miss whatever the others' p99)
+    [[ "$v" == - || "$(cmp_v vq-node steady_empty_windows)" == 0 ]] || goal="every window p99 ≤ $CMP_GOAL_STEADY_P99 ms: MISS ($(cmp_v vq-node steady_empty_windows) window(s) with no job started)"
+    cmp_row "steady load, held snapshot, handler in Node: vq_job's external handler run by clients/node's Worker (best drain setting), the peers as above: worst ${CMP_STEADY_WINDOW}-s window start latency p50 / p99 (ms)" min "$goal"
+    CELL=(); SCORE=()
+    for s in vq graphile pgboss; do
+        local n="$s"; [[ "$s" == vq ]] && n=vq-node
+        SCORE[$s]="$(cmp_v "$n" steady_backlog_max)"; CELL[$s]="$(cmp_thousands "${SCORE[$s]}")"
+    done
+    cmp_row "steady load, held snapshot, handler in Node: largest due backlog (jobs)" min \
+        "≤ $(cmp_thousands "$CMP_GOAL_STEADY_BACKLOG"): $(cmp_goal "$(cmp_v vq-node steady_backlog_max)" le "$CMP_GOAL_STEADY_BACKLOG")"
 }
 cmp_lat_what() { if [[ "$1" == ack ]]; then echo "enqueue commit acknowledged → handler start"; else echo "enqueue call → handler start"; fi; }
 
 cmp_settings_table() {
-    echo "| system | setting | jobs/s |"
-    echo "|---|---|---:|"
-    awk -F'\t' '$2 ~ /^(drain|coproc):/ { split($2, k, ":"); print $1 "\t" k[1] "\t" substr($2, length(k[1]) + 2) "\t" $3 }' "$CMP_RESULTS" |
+    echo "| system | setting | jobs/s | jobs/s from the first handler start |"
+    echo "|---|---|---:|---:|"
+    # grouped: vq_job's PL/pgSQL handler, its Node, Python and vq_consumer workers, the peers, the ceilings
+    awk -F'\t' 'BEGIN { split("vq:drain vq:node vq:py vq:coproc graphile:drain pgboss:drain sql:drain sql:ceil2", o, " ")
+                        for (i in o) rank[o[i]] = i }
+                 $2 ~ /^(drain|coproc|node|py|ceil2):/ { split($2, k, ":")
+                     printf "%d\t%06d\t%s\t%s\t%s\t%s\n", rank[$1 ":" k[1]], NR, $1, k[1], substr($2, length(k[1]) + 2), $3 }' "$CMP_RESULTS" |
+        sort -t$'\t' -k1,1n -k2,2n | cut -f3- |
         while IFS=$'\t' read -r s kind setting rate; do
-            [[ "$kind" == coproc ]] && setting="vq_consumer --coprocess, $setting"
-            [[ "$s" == vq && "$kind" == drain ]] && setting="PL/pgSQL handler, $setting"
-            printf '| %s | %s | %s |\n' "${CMP_NAMES[$s]}" "$setting" "$(cmp_thousands "$rate")"
+            local first="-" text="$setting"
+            case "$s:$kind" in
+                vq:drain) text="PL/pgSQL handler, $setting" ;;
+                vq:coproc) text="vq_consumer --coprocess, $setting" ;;
+                vq:node) text="clients/node Worker, $setting"; first="$(cmp_thousands "$(cmp_v vq "node_first:$setting")")" ;;
+                vq:py) text="clients/python $setting"; first="$(cmp_thousands "$(cmp_v vq "py_first:$setting")")" ;;
+                sql:drain) text="one-step ceiling, $setting" ;;
+                sql:ceil2) text="two-step ceiling, pgbench ${setting#c=} client(s), $CMP_CEIL2_CLAIM rows per claim" ;;
+                graphile:*|pgboss:*) first="(as measured)" ;;
+            esac
+            printf '| %s | %s | %s | %s |\n' "${CMP_NAMES[$s]}" "$text" "$(cmp_thousands "$rate")" "$first"
         done
 }
 
@@ -118,11 +222,15 @@ cmp_steady_table() {
     local s f
     echo "| system | worker setting | window end (s) | jobs started | p50 (ms) | p99 (ms) | due backlog |"
     echo "|---|---|---:|---:|---:|---:|---:|"
-    for s in ${CMP_SYSTEMS/vq/vq-defaults vq}; do
+    for s in ${CMP_SYSTEMS/vq/vq-defaults vq vq-node}; do
         f="$CMP_WORK/raw/$s.steady.windows"
         [[ -f "$f" ]] || continue
+        local setting
+        setting="$(cmp_v "$s" steady_setting)"
+        [[ "$s" == vq-node ]] && setting="external handler, clients/node Worker $setting"
+        [[ "$s" == vq || "$s" == vq-defaults ]] && setting="PL/pgSQL handler, $setting"
         while read -r end n p50 p99 backlog; do
-            printf '| %s | %s | %s | %s | %s | %s | %s |\n' "${CMP_NAMES[$s]}" "$(cmp_v "$s" steady_setting)" \
+            printf '| %s | %s | %s | %s | %s | %s | %s |\n' "${CMP_NAMES[$s]}" "$setting" \
                 "$end" "$(cmp_thousands "$n")" "$p50" "$p99" "$(cmp_thousands "$backlog")"
         done <"$f"
     done
@@ -140,6 +248,7 @@ cmp_label() {
     case "$1" in
         vq-defaults) echo "vq_job (queue as shipped)" ;;
         vq) echo "vq_job (max_concurrent_jobs 100)" ;;
+        vq-node) echo "vq_job (clients/node Worker)" ;;
         *) echo "${CMP_NAMES[$1]}" ;;
     esac
 }
@@ -157,6 +266,13 @@ cmp_plots() {
             done
             printf '\n'
         done
+        # the handler outside the server: vq_job's clients/node Worker, the peers' best, the two-step ceiling
+        printf '"drain, handler\\nin Node"'
+        for v in "$(cmp_v vq node)" "$(cmp_v graphile drain)" "$(cmp_v pgboss drain)" "$(cmp_v sql ceil2)"; do
+            [[ "$v" == - ]] && v=NaN
+            printf ' %s' "$v"
+        done
+        printf '\n'
     } >"$dir/raw/throughput.dat"
     {
         echo "run p50 p95 p99"
@@ -168,6 +284,8 @@ cmp_plots() {
                 printf '"%s" %s %s %s\n' "$lbl" "$(cmp_v "$s" "lat_$t:ack_p50")" "$(cmp_v "$s" "lat_$t:ack_p95")" "$(cmp_v "$s" "lat_$t:ack_p99")"
             done
         done
+        [[ "$(cmp_v vq lat_node:ack_p50)" == - ]] ||
+            printf '"%s" %s %s %s\n' 'vq_job\nNode worker' "$(cmp_v vq lat_node:ack_p50)" "$(cmp_v vq lat_node:ack_p95)" "$(cmp_v vq lat_node:ack_p99)"
     } >"$dir/raw/latency.dat"
     # One bar per system that ran (a column with no value at all is an error for gnuplot).
     local plot_tp="" col=2 sys_sql="vq graphile pgboss sql" sep=""
@@ -196,7 +314,7 @@ plot "$dir/raw/latency.dat" using 2:xtic(1) title col, '' using 3 title col, '' 
 GP
     local plot_lat="" plot_bl=""
     sep=""
-    for s in ${CMP_SYSTEMS/vq/vq-defaults vq}; do
+    for s in ${CMP_SYSTEMS/vq/vq-defaults vq vq-node}; do
         [[ -f "$dir/raw/$s.steady.windows" ]] || continue
         awk 'NR == 1 { t0 = $1 } { printf "%.1f %s\n", ($1 - t0) / 1000, $2 }' "$CMP_WORK/raw/$s.steady.backlog" >"$dir/raw/$s.steady.backlog.dat"
         plot_lat+="$sep\"$dir/raw/$s.steady.windows\" using 1:(\$4 > 0 ? \$4 : NaN) with linespoints lw 2 title \"$(cmp_label "$s") p99\""
