@@ -76,7 +76,8 @@ report_stop_victim() {
 # add_slow_jobs HANDLER N: N more jobs that sleep 1 s, at a higher priority (claimed next), so
 # that a strike finds one RUNNING however fast the executors drained the others meanwhile.
 add_slow_jobs() {
-    q "SELECT cardinality(vq_enqueue_many('$1', array_agg(jsonb_build_object('i', 'extra', 'slow', true)),
+    # (5 s on their first attempt: still running when a busy machine gets to strike; quick after)
+    q "SELECT cardinality(vq_enqueue_many('$1', array_agg(jsonb_build_object('i', 'extra', 'slow', true, 'secs', 5)),
                                           priority => 1)) FROM generate_series(1, $2)" >/dev/null
 }
 
@@ -92,7 +93,8 @@ run_phase() {
     q "CREATE FUNCTION $handler(p jsonb, ctx vq.job_context) RETURNS void LANGUAGE plpgsql AS \$\$
        BEGIN
            INSERT INTO public.$effect (execution_id, attempt_number) VALUES (ctx.execution_id, ctx.attempt_number);
-           PERFORM pg_sleep(CASE WHEN (p ->> 'slow')::boolean THEN 1 ELSE 0.002 END);
+           PERFORM pg_sleep(CASE WHEN ctx.attempt_number = 0 AND p ? 'secs' THEN (p ->> 'secs')::float8
+                                 WHEN (p ->> 'slow')::boolean THEN 1 ELSE 0.002 END);
        END \$\$" >/dev/null
     q "SELECT vq_register_handler('$handler', '$handler(jsonb, vq.job_context)', queue => '$handler',
                                   max_attempts => 10)" >/dev/null

@@ -116,12 +116,18 @@ q "SELECT cardinality(vq_enqueue_many('half', array_agg(jsonb_build_object('i', 
 # (on one of the executors that always run, 0 and 1: one started on demand for the slow jobs is
 # not started again once they are done, which a busy machine makes likelier to happen first)
 always="split_part(a.application_name, ':', 1) IN ('vq_job executor 0', 'vq_job executor 1')"
-wait_for "SELECT EXISTS (SELECT 1 FROM vq.job j JOIN pg_stat_activity a ON a.pid = j.worker_pid
-                     WHERE j.handler = 'half' AND j.state = 'RUNNING' AND a.wait_event = 'PgSleep' AND $always)" 15 \
-    "(b) a 'half' job RUNNING in pg_sleep on executor 0 or 1"
-IFS='|' read -r b_id b_pid b_app < <(q "SELECT j.execution_id, j.worker_pid, split_part(a.application_name, ':', 1)
-                                         FROM vq.job j JOIN pg_stat_activity a ON a.pid = j.worker_pid
-                                        WHERE j.handler = 'half' AND j.state = 'RUNNING' AND $always LIMIT 1")
+# (looked for and read in one query: a job seen sleeping may have ended by a second look)
+b_row=""
+for ((i = 0; i < 300; i++)); do
+    b_row="$(q "SELECT j.execution_id, j.worker_pid, split_part(a.application_name, ':', 1)
+                  FROM vq.job j JOIN pg_stat_activity a ON a.pid = j.worker_pid
+                 WHERE j.handler = 'half' AND j.state = 'RUNNING' AND a.wait_event = 'PgSleep' AND $always
+                 LIMIT 1")"
+    [[ -z "$b_row" ]] || break
+    sleep 0.05
+done
+[[ -n "$b_row" ]] || fail "(b) no 'half' job RUNNING in pg_sleep on executor 0 or 1 within 15 s"
+IFS='|' read -r b_id b_pid b_app <<<"$b_row"
 t_term="$(now_s)"
 [[ "$(q "SELECT pg_terminate_backend($b_pid)")" == t ]] || fail "(b) pg_terminate_backend($b_pid) returned false"
 log "(b) terminated $b_app (pid $b_pid) while it ran job $b_id"

@@ -203,8 +203,8 @@ class Pipeline {
     if (this._started) throw new Error('vq-job: worker.start() was called already');
     this._started = true;
     try {
-      await this._takeConn.client();
-      await this._replyConn.client();
+      // (both connections at once: a start costs one connection's latency, not two)
+      await Promise.all([this._takeConn.client(), this._replyConn.client()]);
       if (this._listenConfig !== null && this._listenOption) await this._openListen();
     } catch (err) {
       this._stopping = true;
