@@ -162,6 +162,9 @@ Cluster(void *arg)
 
 	(void) set_config_option("lock_timeout", COMPACT_LOCK_TIMEOUT_MS, PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_SAVE, true, 0, false);
+	/* (its index builds without parallel workers, whatever the database says) */
+	(void) set_config_option("max_parallel_maintenance_workers", "0", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
 	if (SPI_execute("CLUSTER vq.job_active USING job_active_pkey", false, 0) != SPI_OK_UTILITY)
 		elog(ERROR, "vq_job: CLUSTER vq.job_active failed");
 	VqIndexScansEnd(level);

@@ -11,9 +11,10 @@
  * silences its triggers, exit_on_error ends it on a handler's error, a role
  * setting runs it as another role ...), so it pins them (PGC_S_OVERRIDE) once
  * connected: PINS below, with search_path and synchronous_commit. Its own
- * statements never run in parallel: its kept plans are prepared without
- * CURSOR_OPT_PARALLEL_OK (spi_util.c) and its VACUUM says PARALLEL 0
- * (jobvacuum.c), whatever the parallel settings.
+ * statements never run in parallel: its plans are kept plans, prepared
+ * without CURSOR_OPT_PARALLEL_OK (spi_util.c), its VACUUM says PARALLEL 0
+ * (jobvacuum.c) and its CLUSTER sets max_parallel_maintenance_workers to 0
+ * (compact.c), whatever the parallel settings.
  *
  * User code gets what a session of its role in this database would get now
  * (PostgreSQL's order: ALTER ROLE r IN DATABASE d, ALTER ROLE r, ALTER
@@ -55,6 +56,7 @@
 #include "utils/snapmgr.h"
 
 #include "main/guc.h"
+#include "util/spi_util.h"
 #include "run/settings.h"
 
 /* A setting a worker pins; for_user_code: user code gets its role's value instead. */
@@ -254,6 +256,7 @@ FreeSettings(List *settings)
 static void
 RefreshBase(List *names)
 {
+	static SPIPlanPtr plan = NULL;
 	MemoryContext old;
 	Datum		values[1];
 
@@ -262,12 +265,15 @@ RefreshBase(List *names)
 	values[0] = PointerGetDatum(strlist_to_textarray(names));
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "vq_job: SPI_connect failed");
-	if (SPI_execute_with_args("SELECT s.name, coalesce(f.setting, s.boot_val) FROM pg_catalog.pg_settings s"
-							  " LEFT JOIN (SELECT DISTINCT ON (pg_catalog.lower(name)) pg_catalog.lower(name) AS name, setting"
-							  "  FROM pg_catalog.pg_show_all_file_settings() WHERE applied"
-							  "  ORDER BY pg_catalog.lower(name), seqno DESC) f ON f.name OPERATOR(pg_catalog.=) s.name"
-							  " WHERE s.name OPERATOR(pg_catalog.=) ANY ($1)",
-							  1, (Oid[]) {TEXTARRAYOID}, values, NULL, true, 0) != SPI_OK_SELECT)
+	/* a kept plan: never parallel (SPI_execute_with_args would plan it so) */
+	if (SPI_execute_plan(VqKeepPlan(&plan,
+									"SELECT s.name, coalesce(f.setting, s.boot_val) FROM pg_catalog.pg_settings s"
+									" LEFT JOIN (SELECT DISTINCT ON (pg_catalog.lower(name)) pg_catalog.lower(name) AS name, setting"
+									"  FROM pg_catalog.pg_show_all_file_settings() WHERE applied"
+									"  ORDER BY pg_catalog.lower(name), seqno DESC) f ON f.name OPERATOR(pg_catalog.=) s.name"
+									" WHERE s.name OPERATOR(pg_catalog.=) ANY ($1)",
+									1, (Oid[]) {TEXTARRAYOID}),
+						 values, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "vq_job: reading the configuration's settings failed");
 	old = MemoryContextSwitchTo(TopMemoryContext);
 	FreeSettings(base);

@@ -64,6 +64,13 @@ RunInSubtransaction(VqSubxactWork work, void *arg, bool around_user_code)
  * user code only; a termination is FATAL and ends the process without coming
  * here): a class-57 error there was raised by the code itself, and is its
  * failure like any other.
+ *
+ * Today every caller runs there, so this returns false: callbacks run only
+ * in an executor's own code (VqCallbacksRunInline; elsewhere they are
+ * queued for one, and executor.c runs the queue), and the relay's batch
+ * insert and the compaction are steps of the executor's loop. The re-raise
+ * is kept for a caller anywhere else, where swallowing a cancel would be the
+ * bug this guards against.
  */
 static bool
 MustPropagate(ErrorData *edata)

@@ -32,7 +32,12 @@
 #      default, unit and context cells are pg_settings' boot_val (`(empty)` for ''), unit
 #      (`—` for none) and context;
 #   4. every VQxxx SQLSTATE the code can raise (the sources under src/ and sql/) has a row
-#      "| `VQxxx` |" in an errors table of the docs.
+#      "| `VQxxx` |" in an errors table of the docs;
+#   5. notes no catalog shows are still there, as sentences (line breaks aside): a worker's
+#      LISTEN, and vq_consumer, need a session of their own, never a transaction pooler
+#      (docs/guide.md, consumer/README.md); DROP EXTENSION vq_job CASCADE drops the functions
+#      that use the extension's types and keeps (jsonb) handler functions (docs/operations.md,
+#      docs/reference.md; the behaviour: test/sql/drop_extension.sql).
 # Runs against $PGDATABASE (a database with vq_job); reads the docs from the repository.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
@@ -274,5 +279,26 @@ done <<<"$CODES"
 missing_list "SQLSTATEs without a row in an errors table" "${bad[@]}"
 log "checked $n_codes SQLSTATEs"
 
+# ---------------------------------------------------------------------------
+log "5. the notes on a session for LISTEN and on DROP EXTENSION vq_job CASCADE"
+# says FILE PHRASE: FILE (under the repository) has PHRASE, any run of white space counting as one space.
+says() {
+    # shellcheck disable=SC2016  # perl code, expanded by perl
+    PHRASE="$2" perl -0777 -ne 'my $p = $ENV{PHRASE} =~ s/\s+/ /gr; s/\s+/ /g; exit(index($_, $p) >= 0 ? 0 : 1)' "$ROOT/$1"
+}
+bad=()
+while IFS='|' read -r file phrase; do
+    says "$file" "$phrase" || bad+=("$file: [$phrase]")
+done <<'NOTES'
+docs/guide.md|A worker needs a session of its own for `LISTEN`: a direct connection, or a pooler in session mode.
+consumer/README.md|`vq_consumer` needs a database session of its own for as long as it runs
+consumer/README.md|never through a pooler in transaction or statement mode
+docs/operations.md|`DROP EXTENSION vq_job CASCADE` **drops those functions and views too**
+docs/operations.md|(handler functions `fn(jsonb)` stay
+docs/reference.md|`DROP EXTENSION vq_job CASCADE` also drops every function of yours whose arguments or result use the extension's types
+docs/reference.md|a `(jsonb)` handler function stays. Without `CASCADE` the drop is refused and lists them.
+NOTES
+missing_list "notes no longer in the docs (reworded: keep the point, and this list with it)" "${bad[@]}"
+
 fail_summary
-log "ok: the docs cover $n_functions functions, $n_settings settings and $n_codes SQLSTATEs"
+log "ok: the docs cover $n_functions functions, $n_settings settings and $n_codes SQLSTATEs, and keep the notes"

@@ -27,7 +27,15 @@
 #      whole configuration and the jobs, history, logs, outbox rows and windows of the roles it
 #      is a member of, and not the others';
 #   4. pg_dump --inserts | psql into r_ins, whose executors already run: as in 1; a transition
-#      listener registered there before is not called for the restored history.
+#      listener registered there before is not called for the restored history;
+#   5. pg_restore of the -Fc dump into r_new, a fresh database without the extension: as in 1;
+#   6. pg_restore --single-transaction of the -Fc dump into r_one, a fresh database without
+#      the extension (CREATE EXTENSION and the rows commit together): as in 1;
+#   7. pg_restore -j 2 into r_par, a fresh database, the way docs/operations.md says: pre-data;
+#      the data but vq's with -j 2; post-data with -j 2; vq's data (-n vq) in one job: as in 1.
+#      (A plain pg_restore -j 2 fails: the archive orders the data of the extension's
+#      configuration tables for a restore in one job only, and a handler's row came before its
+#      queue's: "violates foreign key constraint "handler_queue_fkey"", three times in three.)
 #   A role that may not write vq.job_active gets PostgreSQL's error for a COPY into it, and that
 #   holds no executor back. With VQ_KEEP_CLUSTER=1 the second cluster is left running.
 # shellcheck disable=SC2119  # qs reads its script from stdin, not from arguments
@@ -434,9 +442,49 @@ on2 r_ins q "SELECT vq_unregister_transition_listener('pre-listen')" >/dev/null
 same_state "[r_ins] configuration and finished history" "$(capture stable)" "$(on2 r_ins capture stable)"
 behaviour r_ins "$end_ins"
 
+# fc_restore DB [PG_RESTORE_OPTION...]: pg_restore of the -Fc dump into DB, with the options.
+fc_restore() {
+    local db="$1"
+    shift
+    on2 "$db" pg_restore "$@" -d "$db" "$TMPD/src.fc" 2>>"$TMPD/$db.err" ||
+        fail_later "pg_restore $* into $db reported errors: $(head -c 2000 "$TMPD/$db.err")"
+}
+# restore_fc DB HOW: the -Fc dump into DB, a fresh database (no extension): HOW one (pg_restore),
+# single (--single-transaction) or parallel (docs/operations.md's steps, -j 2 where it says -j);
+# then as in 1. Sets END_FC to when the restore ended.
+restore_fc() {
+    local db="$1" how="$2"
+    on2 postgres q "CREATE DATABASE $db" >/dev/null
+    case "$how" in
+        one) fc_restore "$db" ;;
+        single) fc_restore "$db" --single-transaction ;;
+        parallel)
+            fc_restore "$db" --section=pre-data
+            fc_restore "$db" -j 2 --section=data -N vq
+            fc_restore "$db" -j 2 --section=post-data
+            fc_restore "$db" --section=data -n vq
+            ;;
+    esac
+    END_FC="$(now_s)"
+    same_state "[$db] configuration and finished history" "$(capture stable)" "$(on2 "$db" capture stable)"
+    behaviour "$db" "$END_FC"
+}
+log "5. pg_restore (-Fc) into r_new, a fresh database without the extension"
+restore_fc r_new one
+end_new="$END_FC"
+log "6. pg_restore --single-transaction (-Fc) into r_one, a fresh database without the extension"
+restore_fc r_one single
+end_one="$END_FC"
+log "7. pg_restore -j 2 as docs/operations.md says (vq's rows last, in one job) into r_par, a fresh database"
+restore_fc r_par parallel
+end_par="$END_FC"
+
 log "the delayed job and outbox row run at their time ($LATER_AT)"
 later r_full "$end_full"
 later r_plain "$end_plain"
 later r_ins "$end_ins"
+later r_new "$end_new"
+later r_one "$end_one"
+later r_par "$end_par"
 fail_summary
 log "ok"

@@ -11,8 +11,10 @@
 #      executor at a first job, follow ALTER FUNCTION from the next job on, with no change to
 #      any vq table: SET search_path (a callback that could not find its table finds it),
 #      STRICT (an on_complete is not called with a NULL error; a listener's arguments are never
-#      NULL, so it still is), and a SECURITY DEFINER callback given a new owner (OWNER TO)
-#      runs as the new owner.
+#      NULL, so it still is), a SECURITY DEFINER callback given a new owner (OWNER TO) runs as
+#      the new owner, and so does a SECURITY INVOKER one made SECURITY DEFINER and given a new
+#      owner (a callback runs as its function's owner either way: SECURITY DEFINER alone
+#      changes nothing it can see, the owner does).
 # Roles are cluster-wide: they carry this process id and are dropped on exit.
 set -euo pipefail
 . "$(dirname "$0")/lib/common.sh"
@@ -138,11 +140,12 @@ one_executor    # (both jobs run in the process that cached the functions at the
     echo "CREATE ROLE \"$OWNER2\";"
     echo "CREATE TABLE public.ec_cb_seen (cb text, job_id text, error_null boolean, cur text);"
     echo "GRANT INSERT ON public.ec_cb_seen TO \"$OWNER\", \"$OWNER2\";"
-    for change in path strict definer; do
+    for change in path strict definer todefiner; do
         case "$change" in
             path) attrs="" ;;
             strict) attrs="CALLED ON NULL INPUT SET search_path = public" ;;
             definer) attrs="SECURITY DEFINER SET search_path = public" ;;
+            todefiner) attrs="SECURITY INVOKER SET search_path = public" ;;
         esac
         cat <<SQL
 CREATE FUNCTION public.ec_complete_$change(c vq.job_context, outcome text, error text) RETURNS void
@@ -178,8 +181,11 @@ done
 for cb in interceptor-definer listener-definer; do
     assert_eq "true|$OWNER" "$(cb_seen "$cb" cb-1)" "the first job: $cb (SECURITY DEFINER, owned by $OWNER)"
 done
+for cb in interceptor-todefiner listener-todefiner; do
+    assert_eq "true|$OWNER" "$(cb_seen "$cb" cb-1)" "the first job: $cb (SECURITY INVOKER, owned by $OWNER)"
+done
 
-log "3. ALTER FUNCTION ... SET search_path, ... STRICT, ... OWNER TO; then a second job"
+log "3. ALTER FUNCTION ... SET search_path, ... STRICT, ... OWNER TO, ... SECURITY DEFINER; then a second job"
 qs >/dev/null <<SQL
 ALTER FUNCTION public.ec_complete_path(vq.job_context, text, text) SET search_path = public;
 ALTER FUNCTION public.ec_listen_path(vq.job_transition, vq.job) SET search_path = public;
@@ -187,6 +193,10 @@ ALTER FUNCTION public.ec_complete_strict(vq.job_context, text, text) STRICT;
 ALTER FUNCTION public.ec_listen_strict(vq.job_transition, vq.job) STRICT;
 ALTER FUNCTION public.ec_complete_definer(vq.job_context, text, text) OWNER TO "$OWNER2";
 ALTER FUNCTION public.ec_listen_definer(vq.job_transition, vq.job) OWNER TO "$OWNER2";
+ALTER FUNCTION public.ec_complete_todefiner(vq.job_context, text, text) SECURITY DEFINER;
+ALTER FUNCTION public.ec_listen_todefiner(vq.job_transition, vq.job) SECURITY DEFINER;
+ALTER FUNCTION public.ec_complete_todefiner(vq.job_context, text, text) OWNER TO "$OWNER2";
+ALTER FUNCTION public.ec_listen_todefiner(vq.job_transition, vq.job) OWNER TO "$OWNER2";
 SQL
 id="$(enqueue_as_app "vq_enqueue('ec_record', '{\"tag\": \"cb-2\"}', job_id => 'cb-2')")"
 wait_done "$id" "the second job with callbacks"
@@ -201,6 +211,10 @@ done
 for cb in interceptor-definer listener-definer; do
     [[ "$(cb_seen "$cb" cb-2)" == "true|$OWNER2" ]] ||
         fail_later "after OWNER TO: the SECURITY DEFINER $cb ran as [$(cb_seen "$cb" cb-2)], expected [true|$OWNER2]"
+done
+for cb in interceptor-todefiner listener-todefiner; do
+    [[ "$(cb_seen "$cb" cb-2)" == "true|$OWNER2" ]] ||
+        fail_later "after SECURITY DEFINER and OWNER TO: $cb ran as [$(cb_seen "$cb" cb-2)], expected [true|$OWNER2]"
 done
 fail_summary
 log "PASS"

@@ -23,7 +23,11 @@
 #      read-only; postgres's job: work_mem 3MB, statement_timeout 2ms, default isolation
 #      repeatable read, read-only. B's writing job fails with PostgreSQL's read-only error;
 #   3. executor 0's vacuum of vq.job_active (the 2,000 jobs left dead rows) ran, and launched
-#      no parallel worker (no "launched ... parallel vacuum worker" line from an executor).
+#      no parallel worker (no "launched ... parallel vacuum worker" line from an executor);
+#   4. the executors' own statements use no parallel worker: while the executors are replaced
+#      (new ones connect and read their settings) and then run 2,000 jobs whose handler runs
+#      no statement (es_noop: claims, outcome writes, polls, maybe the vacuum), the postmaster
+#      (log_min_messages debug1 for the while) starts no parallel worker for an executor.
 # The script's own sessions undo all of it with PGOPTIONS. Roles carry this process id.
 # Runs against $PGDATABASE (a fresh database with vq_job); exits non-zero on failure.
 # shellcheck disable=SC2119  # qs reads its script from stdin, not from arguments
@@ -37,8 +41,10 @@ DB="$PGDATABASE"
 SERVER_LOG="${VQ_CLUSTER_DIR:?}/server.log"
 ME="$(q "SELECT current_user")"
 
+SAMPLE_DIR=""
 cleanup() {
     set +e
+    [[ -n "$SAMPLE_DIR" ]] && rm -rf "$SAMPLE_DIR"
     psql -XAtq -d postgres -c "ALTER DATABASE \"$DB\" RESET ALL" -c "ALTER ROLE \"$ME\" IN DATABASE \"$DB\" RESET ALL" \
         >/dev/null 2>&1
     cleanup_configs
@@ -181,4 +187,65 @@ parallel="$(grep -E 'vq_job executor .*launched [0-9]+ parallel vacuum worker' <
 errors="$(grep -E 'vq_job (executor|launcher|saver) (ERROR|FATAL): |background worker "vq_job [a-z]+" \(PID [0-9]+\) exited with exit code [1-9]' \
           <<<"$new_log" || true)"
 [[ -z "$errors" ]] || fail "vq_job workers logged errors: $(head -3 <<<"$errors")"
+
+log "4. the executors' own statements, from their start, with no parallel worker"
+# The postmaster logs every background worker it starts at DEBUG1, a parallel one as "parallel
+# worker for PID <leader>". (The setting is checked from another database: this script's
+# sessions here say warning, and the executors' role here debug2.)
+in_postgres() { PGDATABASE=postgres PGOPTIONS="${PGOPTIONS/-c log_min_messages=warning/}" "$@"; }
+in_postgres set_config log_min_messages debug1
+SAMPLE_DIR="$(mktemp -d /tmp/vq_sc_es.XXXXXX)"
+# (samples until the es_noop jobs it saw have ended, 60 s at most; prints samples|seconds|executor pids)
+cat >"$SAMPLE_DIR/sample.sql" <<'SQL'
+CREATE FUNCTION pg_temp.es_sample(max_secs float8) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    started timestamptz := clock_timestamp();
+    samples int := 0;
+    pids int[] := '{}';
+    jobs_seen boolean := false;
+    jobs_left boolean;
+BEGIN
+    LOOP
+        PERFORM pg_stat_clear_snapshot();
+        SELECT array_agg(DISTINCT p) INTO pids FROM (
+            SELECT unnest(pids) AS p
+            UNION SELECT pid FROM pg_stat_activity WHERE backend_type = 'vq_job executor'
+                                                     AND datname = current_database()) x;
+        samples := samples + 1;
+        jobs_left := EXISTS (SELECT 1 FROM vq.job_active WHERE handler = 'es_noop');
+        jobs_seen := jobs_seen OR jobs_left;
+        EXIT WHEN (jobs_seen AND NOT jobs_left) OR clock_timestamp() > started + max_secs * interval '1 s';
+        PERFORM pg_sleep(0.005);
+    END LOOP;
+    RETURN samples || '|' || round(extract(epoch FROM clock_timestamp() - started)::numeric, 1) || '|'
+        || array_to_string(pids, ' ');
+END $$;
+SELECT pg_temp.es_sample(60);
+SQL
+log_start=$(($(stat -c %s "$SERVER_LOG") + 1))
+PGAPPNAME=es_sampler psql -XAtq -v ON_ERROR_STOP=1 -f "$SAMPLE_DIR/sample.sql" >"$SAMPLE_DIR/sample.out" 2>&1 &
+sampler=$!
+wait_for "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'es_sampler' AND state = 'active')" 10 \
+    "the sampling session to run"
+old="$(q "$executors")"
+q "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = 'vq_job executor' AND datname = '$DB'" >/dev/null
+q "SELECT vq_enqueue_many('es_noop', array_fill('{}'::jsonb, ARRAY[2000]), queue => 'es')" >/dev/null
+wait_for "SELECT count(*) >= 2 AND bool_and(pid <> ALL ('{$old}'::int[])) FROM pg_stat_activity
+           WHERE backend_type = 'vq_job executor' AND datname = '$DB'" 20 "new executors"
+wait "$sampler" || fail "the sampling session failed: $(cat "$SAMPLE_DIR/sample.out")"
+IFS='|' read -r samples secs pids <"$SAMPLE_DIR/sample.out"
+in_postgres reset_config log_min_messages
+assert_eq 0 "$(q "SELECT count(*) FROM vq.job_active WHERE handler = 'es_noop'")" "es_noop jobs left when the sampling ended"
+log "executors seen in $samples samples over $secs s: $pids"
+[[ -n "$pids" ]] || fail "no executor seen"
+new_log="$(tail -c +"$log_start" "$SERVER_LOG")"
+grep -q 'starting background worker process' <<<"$new_log" ||
+    fail "the postmaster logged no background worker start at DEBUG1: the check below would see nothing"
+leaders="$(grep -oE 'starting background worker process "parallel worker for PID [0-9]+"' <<<"$new_log" |
+           grep -oE '[0-9]+"$' | tr -d '"' | sort -u || true)"
+parallel=()
+for p in $pids; do
+    grep -qx "$p" <<<"$leaders" && parallel+=("$p")
+done
+((${#parallel[@]} == 0)) || fail "parallel workers started for executors ${parallel[*]} (own statements only: es_noop runs none)"
 log "PASS"

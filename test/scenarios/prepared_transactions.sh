@@ -9,9 +9,11 @@
 #   2. a delayed job (4 s): starts at its scheduled_at, within 3 s after it;
 #   3. an outbox row published in a prepared transaction: relayed, its job COMPLETED within 3 s;
 #   4. jobs at more priority levels than a prepared transaction's notes keep: all prompt;
-#   5. ROLLBACK PREPARED: its job never exists, and a job planted by hand at a level the
-#      executors do not know (no commit told them) stays ENQUEUED for 3 s: nothing was forgotten
-#      or woken; a COMMIT PREPARED with notes leaves it too (its notes lower only its levels);
+#   5. ROLLBACK PREPARED: its job never exists, and a job planted by hand at the rolled-back
+#      job's level, one the executors do not know (no commit told them), stays ENQUEUED for 3 s:
+#      the rollback applied no note (that would lower the level's position and wake them) and
+#      made them forget nothing; a COMMIT PREPARED with notes leaves it too (its notes lower
+#      only its levels);
 #   6. a server restart between PREPARE and COMMIT PREPARED (the notes are lost with shared
 #      memory): the due job is COMPLETED within 3 s of COMMIT PREPARED, the delayed one at its
 #      time, and a job planted after the restart runs too (the executors looked at everything).
@@ -142,7 +144,7 @@ for id in $(q "SELECT execution_id FROM vq.job WHERE payload ->> 'tag' LIKE 'man
 done
 
 log "5. ROLLBACK PREPARED wakes and forgets nothing"
-planted="$(plant 13 planted-1)"
+planted="$(plant 14 planted-1)"        # the rolled-back job's level
 rid="$(prepare pt_rollback <<'SQL'
 SELECT vq_enqueue('pt_h', '{"tag": "rolled-back"}', priority => 14);
 SQL
