@@ -424,6 +424,7 @@ LearnLevels(VqQueue *queue)
 {
 	static SPIPlanPtr levels_plan = NULL;
 	int32		priorities[VQ_MAX_CLAIM_LEVELS];
+	uint64		misses = VqClaimPositionsMisses(VqMyDatabaseSlot);
 	int			n;
 
 	if (SPI_execute_plan(VqKeepPlan(&levels_plan,
@@ -447,7 +448,8 @@ LearnLevels(VqQueue *queue)
 
 		priorities[i] = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
 	}
-	VqClaimPositionsLearn(VqMyDatabaseSlot, queue->name, priorities, n, SPI_processed > VQ_MAX_CLAIM_LEVELS);
+	VqClaimPositionsLearn(VqMyDatabaseSlot, queue->name, priorities, n, SPI_processed > VQ_MAX_CLAIM_LEVELS,
+						  misses);
 }
 
 /*

@@ -33,8 +33,20 @@
  * executor 0 looks for a due job behind each level's position, and moves the
  * position back to any it finds (poscheck.c).
  * A future job needs nothing: within its level, no claim can pass its key
- * before it is due. A lane whose levels are not all known, or a database
- * with more levels than fit (VQ_MAX_CLAIM_LEVELS), is claimed the plain way.
+ * before it is due. A lane whose levels are not all known is claimed the
+ * plain way: one a commit could not add a level to (VQ_MAX_CLAIM_LEVELS) is
+ * no longer known, and a learn that began before such a miss (misses) does
+ * not make any lane known.
+ *
+ * The lanes of external handlers: handlers x queues of them exist, and few
+ * hold jobs. Only those that hold jobs are made known (VqClaimLearnExternal:
+ * one query finds every level holding external jobs), and once every lane
+ * that holds jobs is known (external_complete), a commit that gives jobs to
+ * another lane makes it known, or, when it cannot, says the list is not
+ * complete any more. While it is complete, takes and the executors' look at
+ * due times visit the known external lanes only; else they look with that
+ * query, whose cost is the levels holding jobs too. A lane known once stays
+ * known (and its levels) until the positions are forgotten.
  * The outbox relay keeps one position the same way, by id, for the rows due
  * at publication (see relay.c).
  */
@@ -81,6 +93,47 @@ KnownIndex(VqClaimPositions *p, const char *lane)
 	return -1;
 }
 
+/* Is this an external handler's lane ("queue/handler")? */
+static bool
+IsExternalLane(const char *lane)
+{
+	return strchr(lane, '/') != NULL;
+}
+
+/* Make a lane known; false when there is no room (caller holds the slot's lock exclusively). */
+static bool
+RememberLane(VqClaimPositions *p, const char *lane)
+{
+	if (KnownIndex(p, lane) >= 0)
+		return true;
+	for (int i = 0; i < VQ_MAX_CLAIM_LANES; i++)
+		if (p->known[i][0] == '\0')
+		{
+			strlcpy(p->known[i], lane, sizeof(p->known[i]));
+			return true;
+		}
+	return false;
+}
+
+/*
+ * A commit could not remember a level of a lane (or an external lane): the
+ * lane is not known any more (its claims go the plain way), and learns that
+ * began before it and the directory of external lanes cannot trust what they
+ * found.
+ */
+static void
+Missed(VqClaimPositions *p, const char *lane)
+{
+	int			k = KnownIndex(p, lane);
+
+	if (k >= 0)
+		p->known[k][0] = '\0';
+	p->overflow = true;
+	p->misses++;
+	if (IsExternalLane(lane))
+		p->external_complete = false;
+}
+
 /* The level (lane, priority), created if asked and there is room; NULL otherwise. */
 static VqClaimLevel *
 FindLevel(VqClaimPositions *p, const char *lane, int32 priority, bool create)
@@ -96,13 +149,8 @@ FindLevel(VqClaimPositions *p, const char *lane, int32 priority, bool create)
 		else if (l->priority == priority && strcmp(l->lane, lane) == 0)
 			return l;
 	}
-	if (!create)
+	if (!create || free_level == NULL)
 		return NULL;
-	if (free_level == NULL)
-	{
-		p->overflow = true;
-		return NULL;
-	}
 	memset(free_level, 0, sizeof(VqClaimLevel));
 	free_level->used = true;
 	strlcpy(free_level->lane, lane, sizeof(free_level->lane));
@@ -135,7 +183,7 @@ CopyLevels(VqDatabaseSlot *slot, int claimer, const char *lane, VqClaimScan *sca
 	*nscans = 0;
 	LWLockAcquire(slot->lock, claimer >= 0 ? LW_EXCLUSIVE : LW_SHARED);
 	/* (a worker's take found the slot without holding it: it may serve another database by now) */
-	known = slot->dboid == MyDatabaseId && !p->overflow && KnownIndex(p, lane) >= 0;
+	known = slot->dboid == MyDatabaseId && KnownIndex(p, lane) >= 0;
 	for (int i = 0; known && i < VQ_MAX_CLAIM_LEVELS; i++)
 	{
 		VqClaimLevel *l = &p->levels[i];
@@ -197,12 +245,38 @@ VqClaimPositionsEnd(VqDatabaseSlot *slot, int claimer, const char *lane, VqClaim
 	LWLockRelease(slot->lock);
 }
 
+/* The misses so far: read before a learn's query (see claimpos.h). */
+uint64
+VqClaimPositionsMisses(VqDatabaseSlot *slot)
+{
+	uint64		misses;
+
+	LWLockAcquire(slot->lock, LW_SHARED);
+	misses = slot->positions.misses;
+	LWLockRelease(slot->lock);
+	return misses;
+}
+
+/* Make a lane known with the levels it has now, each scanned from its start; false if it cannot be. */
+static bool
+MakeKnown(VqClaimPositions *p, const char *lane)
+{
+	if (KnownIndex(p, lane) >= 0)
+		return true;
+	/* jobs may predate what commits lowered the levels to: all from the start */
+	for (int i = 0; i < VQ_MAX_CLAIM_LEVELS; i++)
+		if (p->levels[i].used && strcmp(p->levels[i].lane, lane) == 0)
+			p->levels[i].pos = KeyMin;
+	return RememberLane(p, lane);
+}
+
 /* The levels a query found in a lane: claims scan each from its start (see claimpos.h). */
 void
-VqClaimPositionsLearn(VqDatabaseSlot *slot, const char *lane, const int32 *priorities, int n, bool more)
+VqClaimPositionsLearn(VqDatabaseSlot *slot, const char *lane, const int32 *priorities, int n, bool more,
+					  uint64 misses)
 {
 	VqClaimPositions *p = &slot->positions;
-	int			free_known = -1;
+	bool		fits = !more;
 
 	LWLockAcquire(slot->lock, LW_EXCLUSIVE);
 	if (slot->dboid != MyDatabaseId)
@@ -210,32 +284,91 @@ VqClaimPositionsLearn(VqDatabaseSlot *slot, const char *lane, const int32 *prior
 		LWLockRelease(slot->lock);
 		return;
 	}
-	if (more)
-		p->overflow = true;		/* more levels than fit: claims fall back to the plain scan */
-	for (int i = 0; i < n; i++)
-		(void) FindLevel(p, lane, priorities[i], true);
-	/* jobs may predate what commits lowered the levels to: all from the start */
-	for (int i = 0; i < VQ_MAX_CLAIM_LEVELS; i++)
-		if (p->levels[i].used && strcmp(p->levels[i].lane, lane) == 0)
-			p->levels[i].pos = KeyMin;
-	for (int i = 0; i < VQ_MAX_CLAIM_LANES && KnownIndex(p, lane) < 0; i++)
-		if (p->known[i][0] == '\0')
-			free_known = i;
-	/* (no room to remember it: this lane's claims stay plain, the others keep their positions) */
-	if (KnownIndex(p, lane) < 0 && free_known >= 0)
-		strlcpy(p->known[free_known], lane, sizeof(p->known[free_known]));
+	for (int i = 0; i < n && fits; i++)
+		fits = FindLevel(p, lane, priorities[i], true) != NULL;
+	/* (no room, or a commit missed a level since the query began: this lane's claims stay plain) */
+	if (!fits)
+		p->overflow = true;
+	else if (p->misses == misses && !MakeKnown(p, lane))
+		p->overflow = true;
 	LWLockRelease(slot->lock);
+}
+
+/* The external lanes that are known (see claimpos.h). */
+bool
+VqClaimExternalLanes(VqDatabaseSlot *slot, List **lanes, uint64 *misses)
+{
+	VqClaimPositions *p = &slot->positions;
+	bool		complete;
+
+	LWLockAcquire(slot->lock, LW_SHARED);
+	complete = slot->dboid == MyDatabaseId && p->external_complete;
+	*misses = p->misses;
+	for (int i = 0; i < VQ_MAX_CLAIM_LANES && slot->dboid == MyDatabaseId; i++)
+		if (p->known[i][0] != '\0' && IsExternalLane(p->known[i]))
+			*lanes = lappend(*lanes, pstrdup(p->known[i]));
+	LWLockRelease(slot->lock);
+	return complete;
+}
+
+/* Every level holding external jobs, as a query found them: make their lanes known (see claimpos.h). */
+bool
+VqClaimLearnExternal(VqDatabaseSlot *slot, uint64 misses, char **lanes, const int32 *priorities, int n)
+{
+	VqClaimPositions *p = &slot->positions;
+	bool		complete = true;
+
+	LWLockAcquire(slot->lock, LW_EXCLUSIVE);
+	if (slot->dboid != MyDatabaseId || p->misses != misses)
+	{
+		/* (a commit missed a level since the query began: what it found may lack that level) */
+		LWLockRelease(slot->lock);
+		return false;
+	}
+	/* the levels found, of the lanes not known (a known lane has all its levels, or a commit adds it) */
+	for (int i = 0; i < n; i++)
+		if (KnownIndex(p, lanes[i]) < 0 && FindLevel(p, lanes[i], priorities[i], true) == NULL)
+			complete = false;
+	/*
+	 * Every external lane with a level (those found, and those of commits the
+	 * query did not see), unless a level of it did not fit.
+	 */
+	for (int i = 0; i < VQ_MAX_CLAIM_LEVELS; i++)
+	{
+		VqClaimLevel *l = &p->levels[i];
+		bool		fits = true;
+
+		if (!l->used || !IsExternalLane(l->lane) || KnownIndex(p, l->lane) >= 0)
+			continue;
+		for (int j = 0; j < n && fits; j++)
+			fits = strcmp(lanes[j], l->lane) != 0 || FindLevel(p, lanes[j], priorities[j], false) != NULL;
+		if (!fits || !MakeKnown(p, l->lane))
+			complete = false;
+	}
+	if (complete)
+		p->external_complete = true;
+	else
+		p->overflow = true;
+	LWLockRelease(slot->lock);
+	return complete;
 }
 
 /* Committed: jobs of (lane, priority) became ENQUEUED at scheduled_at or later. */
 void
 VqClaimPositionLower(VqDatabaseSlot *slot, const char *lane, int32 priority, TimestampTz scheduled_at)
 {
-	VqClaimLevel *l = FindLevel(&slot->positions, lane, priority, true);
+	VqClaimPositions *p = &slot->positions;
+	VqClaimLevel *l = FindLevel(p, lane, priority, true);
 	VqClaimKey	key = KeyMin;
 
 	if (l == NULL)
-		return;					/* no room: claims fall back to the plain scan */
+	{
+		Missed(p, lane);		/* no room: this lane's claims fall back to the plain scan */
+		return;
+	}
+	/* a lane that held no job while the directory is complete: it has this level only */
+	if (p->external_complete && IsExternalLane(lane) && !RememberLane(p, lane))
+		Missed(p, lane);
 	key.scheduled_at = scheduled_at;
 	if (CompareKeys(&key, &l->pos) < 0)
 		l->pos = key;
@@ -268,11 +401,14 @@ VqClaimKnownLanes(VqDatabaseSlot *slot, char (*lanes)[VQ_LANE_MAX + 1], int max)
 	return n;
 }
 
-/* Forget every position of a database: the claims', the takes' and the relay's. */
+/* Forget every position of a database: the claims', the takes' and the relay's (a learn under way is a miss). */
 void
 VqClaimPositionsForget(VqDatabaseSlot *slot)
 {
+	uint64		misses = slot->positions.misses;
+
 	memset(&slot->positions, 0, sizeof(VqClaimPositions));
+	slot->positions.misses = misses + 1;
 }
 
 /* Begin a relay (see claimpos.h). */

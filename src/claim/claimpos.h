@@ -10,6 +10,8 @@
 
 #include "postgres.h"
 
+#include "nodes/pg_list.h"
+
 #include "main/shmem.h"
 
 /* The predicates of the two claim indexes: a function handler's job (job_claim_idx), an external one's (job_take_idx). */
@@ -49,13 +51,34 @@ extern bool VqClaimPositionsLevels(VqDatabaseSlot *slot, const char *lane, VqCla
 extern void VqClaimPositionsEnd(VqDatabaseSlot *slot, int claimer, const char *lane,
 								VqClaimScan *scans, int nscans);
 
+/* The misses so far (levels commits could not remember): read it before a learn's query. */
+extern uint64 VqClaimPositionsMisses(VqDatabaseSlot *slot);
+
 /*
  * The priority levels that have ENQUEUED jobs in a lane, as a query found
- * them (more: it found more than VQ_MAX_CLAIM_LEVELS): from now on claims
- * scan them, each from its start.
+ * them (more: it found more than VQ_MAX_CLAIM_LEVELS; misses: read before
+ * the query): from now on claims scan them, each from its start, if they
+ * fit and no commit missed a level since.
  */
 extern void VqClaimPositionsLearn(VqDatabaseSlot *slot, const char *lane, const int32 *priorities, int n,
-								  bool more);
+								  bool more, uint64 misses);
+
+/*
+ * The known lanes of external handlers, as names (palloc'd) appended to
+ * *lanes; returns whether they are all the external lanes that hold jobs
+ * (else, find the levels with a query and tell VqClaimLearnExternal; *misses
+ * is what it wants).
+ */
+extern bool VqClaimExternalLanes(VqDatabaseSlot *slot, List **lanes, uint64 *misses);
+
+/*
+ * Every level (lanes[i], priorities[i]) that holds external handlers' jobs,
+ * as a query begun after VqClaimExternalLanes returned misses found them: the
+ * lanes not known yet are made known, if they fit. Returns whether every
+ * external lane that holds jobs is known now.
+ */
+extern bool VqClaimLearnExternal(VqDatabaseSlot *slot, uint64 misses, char **lanes, const int32 *priorities,
+								 int n);
 
 /* Committed: jobs of (lane, priority) became ENQUEUED at scheduled_at or later (caller holds the slot's lock). */
 extern void VqClaimPositionLower(VqDatabaseSlot *slot, const char *lane, int32 priority, TimestampTz scheduled_at);

@@ -236,58 +236,101 @@ NoteTakenLevel(const TakeLane *lane, int32 priority, TimestampTz scheduled_at)
 
 /* ---- lanes and their levels --------------------------------------------------------- */
 
+/* The levels holding external handlers' jobs, as a query found them. */
+typedef struct FoundLevels
+{
+	int			n;
+	char	  **lanes;			/* "queue/handler", in index order: a lane's levels together */
+	int32	   *priorities;
+} FoundLevels;
+
 /*
- * Find the priority levels that have ENQUEUED jobs in a lane (one index probe
- * per level) and tell the positions.
+ * Every level of an external handler's lane that has ENQUEUED jobs: a skip
+ * scan of job_take_idx (planned as index scans: VqIndexScansBegin), one index
+ * probe per level and two from one lane to the next, whatever the number of
+ * handlers and queues.
  */
 static void
-LearnLane(VqDatabaseSlot *slot, VqQueue *queue, VqHandler *handler, const char *lane)
+FindLevels(FoundLevels *found)
 {
-	static SPIPlanPtr levels_plan = NULL;
-	int32		priorities[VQ_MAX_CLAIM_LEVELS];
-	int			n;
+	static SPIPlanPtr plan = NULL;
 
-	if (SPI_execute_plan(VqKeepPlan(&levels_plan,
-								  "WITH RECURSIVE l(p) AS ("
-								  " SELECT pg_catalog.max(priority) FROM vq.job_active"
-								  "  WHERE queue OPERATOR(pg_catalog.=) $1 AND handler OPERATOR(pg_catalog.=) $2"
-								  "  AND" VQ_TAKEABLE
+#define TAKE_IDX_ORDER " ORDER BY queue, handler, priority DESC LIMIT 1"
+	if (SPI_execute_plan(VqKeepPlan(&plan,
+								  "WITH RECURSIVE l(q, h, p) AS ("
+								  " (SELECT queue, handler, priority FROM vq.job_active WHERE" VQ_TAKEABLE TAKE_IDX_ORDER ")"
 								  " UNION ALL"
-								  " SELECT (SELECT pg_catalog.max(priority) FROM vq.job_active"
-								  "  WHERE queue OPERATOR(pg_catalog.=) $1 AND handler OPERATOR(pg_catalog.=) $2"
-								  "  AND" VQ_TAKEABLE " AND priority OPERATOR(pg_catalog.<) l.p)"
-								  " FROM l WHERE l.p IS NOT NULL)"
-								  " SELECT p FROM l WHERE p IS NOT NULL LIMIT $3",
-								  3, (Oid[]) {TEXTOID, TEXTOID, INT4OID}),
-						 (Datum[]) {queue->name_datum, handler->name_datum, Int32GetDatum(VQ_MAX_CLAIM_LEVELS + 1)},
-						 NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "vq_job: finding a lane's priority levels failed");
-	n = (int) Min(SPI_processed, VQ_MAX_CLAIM_LEVELS);
-	for (int i = 0; i < n; i++)
+								  " SELECT n.queue, n.handler, n.priority FROM l CROSS JOIN LATERAL ("
+								  "  (SELECT queue, handler, priority FROM vq.job_active"
+								  "   WHERE queue OPERATOR(pg_catalog.=) l.q AND handler OPERATOR(pg_catalog.=) l.h"
+								  "   AND" VQ_TAKEABLE " AND priority OPERATOR(pg_catalog.<) l.p" TAKE_IDX_ORDER ")"
+								  "  UNION ALL"
+								  "  (SELECT queue, handler, priority FROM vq.job_active"
+								  "   WHERE" VQ_TAKEABLE " AND (queue, handler) OPERATOR(pg_catalog.>) (l.q, l.h)" TAKE_IDX_ORDER ")"
+								  "  LIMIT 1) n)"
+								  " SELECT q, h, p FROM l",
+								  0, NULL),
+						 NULL, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "vq_job: finding the lanes with jobs failed");
+	found->n = (int) SPI_processed;
+	found->lanes = palloc(sizeof(char *) * Max(found->n, 1));
+	found->priorities = palloc(sizeof(int32) * Max(found->n, 1));
+	for (int i = 0; i < found->n; i++)
 	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
 		bool		isnull;
 
-		priorities[i] = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+		found->lanes[i] = palloc(VQ_LANE_MAX + 1);
+		VqLaneName(found->lanes[i], SPI_getvalue(tup, SPI_tuptable->tupdesc, 1),
+				   SPI_getvalue(tup, SPI_tuptable->tupdesc, 2));
+		found->priorities[i] = DatumGetInt32(SPI_getbinval(tup, SPI_tuptable->tupdesc, 3, &isnull));
 	}
-	VqClaimPositionsLearn(slot, lane, priorities, n, SPI_processed > VQ_MAX_CLAIM_LEVELS);
 }
 
 /*
- * The levels of a lane, learnt first if they are not known; with claimer >=
- * 0, registered as claiming from them. False: not known (no slot, or more
- * levels than fit): scan the lane from its start.
+ * The external lanes that may hold jobs (names): the known ones while they
+ * are all those that hold jobs (claimpos.c); else the lanes a query finds
+ * holding jobs, which it makes known when they fit (so that the next take
+ * need not look).
  */
-static bool
-LaneLevels(VqDatabaseSlot *slot, int claimer, VqQueue *queue, VqHandler *handler, const char *lane,
-		   VqClaimScan *scans, int *nscans)
+static List *
+LanesWithJobs(VqDatabaseSlot *slot)
 {
-	*nscans = 0;
-	if (slot == NULL)
+	List	   *lanes = NIL;
+	uint64		misses = 0;
+	FoundLevels found;
+
+	if (slot != NULL && VqClaimExternalLanes(slot, &lanes, &misses))
+		return lanes;
+	list_free_deep(lanes);
+	lanes = NIL;
+	FindLevels(&found);
+	if (slot != NULL && VqClaimLearnExternal(slot, misses, found.lanes, found.priorities, found.n))
+	{
+		if (VqClaimExternalLanes(slot, &lanes, &misses))
+			return lanes;
+		list_free_deep(lanes);
+		lanes = NIL;
+	}
+	for (int i = 0; i < found.n; i++)
+		if (i == 0 || strcmp(found.lanes[i], found.lanes[i - 1]) != 0)
+			lanes = lappend(lanes, found.lanes[i]);
+	return lanes;
+}
+
+/* Split a lane's name into its queue (room for VQ_LANE_MAX + 1) and handler; false if it is not an external lane. */
+static bool
+SplitLane(const char *lane, char *queue, const char **handler)
+{
+	char	   *slash;
+
+	strlcpy(queue, lane, VQ_LANE_MAX + 1);
+	slash = strchr(queue, '/');
+	if (slash == NULL)
 		return false;
-	if (VqClaimPositionsBegin(slot, claimer, lane, scans, nscans))
-		return true;
-	LearnLane(slot, queue, handler, lane);
-	return VqClaimPositionsBegin(slot, claimer, lane, scans, nscans);
+	*slash = '\0';
+	*handler = lane + (slash - queue) + 1;
+	return true;
 }
 
 /* ---- one take ----------------------------------------------------------------------- */
@@ -604,38 +647,69 @@ Granted(Oid caller, VqHandler *handler)
 	return false;
 }
 
-/* The lanes of the request: each handler in each unpaused queue, with their levels. */
+/* Lanes in the order of their handlers in the request, then by name. */
+static int
+ByHandlerThenName(const ListCell *a, const ListCell *b)
+{
+	const TakeLane *x = lfirst(a);
+	const TakeLane *y = lfirst(b);
+
+	if (x->handler_index != y->handler_index)
+		return x->handler_index < y->handler_index ? -1 : 1;
+	return strcmp(x->name, y->name);
+}
+
+/*
+ * The lanes of the request that may hold jobs (of its handlers, in unpaused
+ * queues), with their levels, in the order of the request's handlers: those
+ * the claim positions list, not handlers x queues.
+ */
 static List *
 BeginLanes(Take *t, VqRegistry *registry)
 {
 	List	   *lanes = NIL;
+	List	   *names = LanesWithJobs(t->slot);
+	int		   *granted = palloc(sizeof(int) * t->req->nhandlers);	/* -1: not asked yet */
+	ListCell   *lc;
 
 	for (int h = 0; h < t->req->nhandlers; h++)
+		granted[h] = -1;
+	foreach(lc, names)
 	{
-		VqHandler  *handler = t->req->handlers[h];
-		bool		granted = Granted(t->req->caller, handler);
-		HASH_SEQ_STATUS seq;
+		const char *name = lfirst(lc);
+		char		queue_name[VQ_LANE_MAX + 1];
+		const char *handler_name;
 		VqQueue    *q;
+		TakeLane   *lane;
+		int			h;
 
-		hash_seq_init(&seq, registry->queue_hash);
-		while ((q = hash_seq_search(&seq)) != NULL)
+		if (!SplitLane(name, queue_name, &handler_name))
+			continue;
+		for (h = 0; h < t->req->nhandlers && strcmp(t->req->handlers[h]->name, handler_name) != 0; h++)
+			;
+		if (h == t->req->nhandlers || strlen(queue_name) > VQ_NAME_MAX)
+			continue;
+		q = VqLookupQueue(registry, queue_name);
+		if (q == NULL || q->paused)
+			continue;
+		lane = palloc0(sizeof(TakeLane));
+		lane->handler = t->req->handlers[h];
+		lane->handler_index = h;
+		lane->queue = q;
+		if (granted[h] < 0)
+			granted[h] = Granted(t->req->caller, lane->handler) ? 1 : 0;
+		lane->granted = granted[h] == 1;
+		strlcpy(lane->name, name, sizeof(lane->name));
+		lane->positioned = t->slot != NULL &&
+			VqClaimPositionsBegin(t->slot, t->claimer, lane->name, lane->scans, &lane->nscans);
+		if (lane->positioned && lane->nscans == 0)
 		{
-			TakeLane   *lane;
-
-			if (q->paused)
-				continue;
-			lane = palloc0(sizeof(TakeLane));
-			lane->handler = handler;
-			lane->handler_index = h;
-			lane->queue = q;
-			lane->granted = granted;
-			VqLaneName(lane->name, q->name, handler->name);
-			lane->positioned = LaneLevels(t->slot, t->claimer, q, handler, lane->name, lane->scans, &lane->nscans);
-			if (lane->positioned && lane->nscans == 0)
-				continue;		/* nothing waits in it (claimer registered on no level) */
-			lanes = lappend(lanes, lane);
+			pfree(lane);
+			continue;			/* nothing waits in it (claimer registered on no level) */
 		}
+		lanes = lappend(lanes, lane);
 	}
+	list_sort(lanes, ByHandlerThenName);
 	return lanes;
 }
 
@@ -922,10 +996,10 @@ VqTakeJobs(VqRegistry *registry, const VqTakeRequest *req, Tuplestorestate *stor
 
 /* The earliest scheduled_at still in the future of one level of a lane, or VQ_NO_NEXT_DUE. */
 static TimestampTz
-EarliestInLevel(VqQueue *queue, VqHandler *handler, int32 priority, TimestampTz now)
+EarliestInLevel(Datum queue, Datum handler, int32 priority, TimestampTz now)
 {
 	static SPIPlanPtr plan = NULL;
-	Datum		values[4] = {queue->name_datum, handler->name_datum, Int32GetDatum(priority), TimestampTzGetDatum(now)};
+	Datum		values[4] = {queue, handler, Int32GetDatum(priority), TimestampTzGetDatum(now)};
 	bool		isnull;
 
 	if (SPI_execute_plan(VqKeepPlan(&plan,
@@ -944,10 +1018,10 @@ EarliestInLevel(VqQueue *queue, VqHandler *handler, int32 priority, TimestampTz 
 
 /* The same for a lane whose levels are not known (a walk of the lane's index range). */
 static TimestampTz
-EarliestInLane(VqQueue *queue, VqHandler *handler, TimestampTz now)
+EarliestInLane(Datum queue, Datum handler, TimestampTz now)
 {
 	static SPIPlanPtr plan = NULL;
-	Datum		values[3] = {queue->name_datum, handler->name_datum, TimestampTzGetDatum(now)};
+	Datum		values[3] = {queue, handler, TimestampTzGetDatum(now)};
 	bool		isnull;
 	Datum		d;
 
@@ -962,36 +1036,39 @@ EarliestInLane(VqQueue *queue, VqHandler *handler, TimestampTz now)
 	return isnull ? VQ_NO_NEXT_DUE : DatumGetTimestampTz(d);
 }
 
-/* The earliest future scheduled_at of any external handler's job (see take.h). */
+/*
+ * The earliest future scheduled_at of any external handler's job (see
+ * take.h): the lanes that may hold jobs (LanesWithJobs), one index probe per
+ * level of each.
+ */
 TimestampTz
 VqTakeEarliestFutureDue(VqRegistry *registry, TimestampTz now)
 {
 	VqClaimScan *scans = palloc(sizeof(VqClaimScan) * VQ_MAX_CLAIM_LEVELS);
 	TimestampTz next = VQ_NO_NEXT_DUE;
-	char		lane[VQ_LANE_MAX + 1];
+	int			index_scans = VqIndexScansBegin();
+	List	   *lanes = LanesWithJobs(VqMyDatabaseSlot);
+	ListCell   *lc;
 
-	for (int h = 0; h < registry->nhandlers; h++)
+	VqIndexScansEnd(index_scans);
+	foreach(lc, lanes)
 	{
-		VqHandler  *handler = registry->handlers[h];
-		HASH_SEQ_STATUS seq;
-		VqQueue    *q;
+		const char *lane = lfirst(lc);
+		char		queue[VQ_LANE_MAX + 1];
+		const char *handler;
+		Datum		queue_datum;
+		Datum		handler_datum;
+		int			n;
 
-		if (handler->is_function)
+		if (!SplitLane(lane, queue, &handler))
 			continue;
-		hash_seq_init(&seq, registry->queue_hash);
-		while ((q = hash_seq_search(&seq)) != NULL)
-		{
-			int			n;
-
-			VqLaneName(lane, q->name, handler->name);
-			if (!LaneLevels(VqMyDatabaseSlot, -1, q, handler, lane, scans, &n))
-			{
-				next = Min(next, EarliestInLane(q, handler, now));
-				continue;
-			}
+		queue_datum = CStringGetTextDatum(queue);
+		handler_datum = CStringGetTextDatum(handler);
+		if (!VqClaimPositionsLevels(VqMyDatabaseSlot, lane, scans, &n))
+			next = Min(next, EarliestInLane(queue_datum, handler_datum, now));
+		else
 			for (int i = 0; i < n; i++)
-				next = Min(next, EarliestInLevel(q, handler, scans[i].priority, now));
-		}
+				next = Min(next, EarliestInLevel(queue_datum, handler_datum, scans[i].priority, now));
 	}
 	return next;
 }

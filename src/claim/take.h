@@ -42,7 +42,8 @@ extern int	VqTakeJobs(VqRegistry *registry, const VqTakeRequest *req, Tuplestore
 /*
  * The earliest scheduled_at of an external handler's ENQUEUED job still in
  * the future, or VQ_NO_NEXT_DUE (executors, to know when to wake workers):
- * one index probe per priority level of each (queue, handler) lane.
+ * one index probe per priority level of each (queue, handler) lane that
+ * may hold jobs (the known lanes, or those a query finds).
  */
 extern TimestampTz VqTakeEarliestFutureDue(VqRegistry *registry, TimestampTz now);
 

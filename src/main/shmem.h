@@ -131,9 +131,18 @@ typedef struct VqTaker
 	int			pid;			/* 0 = free */
 } VqTaker;
 
+/*
+ * The known lanes are also the directory of the external handlers' lanes
+ * that hold jobs: while external_complete, an external lane that is not
+ * known holds no ENQUEUED job (but a commit's, which will make it known), so
+ * that takes and the executors' look at due times visit only the known ones,
+ * whatever the number of handlers and queues.
+ */
 typedef struct VqClaimPositions
 {
-	bool		overflow;		/* a level did not fit: every claim falls back to the plain scan */
+	bool		overflow;		/* a level did not fit lately: claims do not try to learn lanes (a hint) */
+	bool		external_complete;	/* every external lane that holds jobs is known */
+	uint64		misses;			/* levels commits could not remember (survives forgetting) */
 	char		known[VQ_MAX_CLAIM_LANES][VQ_LANE_MAX + 1];	/* lanes whose levels are all here ('' = free) */
 	VqClaimLevel levels[VQ_MAX_CLAIM_LEVELS];
 	VqRelayPosition relay;
