@@ -292,7 +292,7 @@ while IFS='|' read -r file phrase; do
 done <<'NOTES'
 docs/guide.md|A worker needs a session of its own for `LISTEN`: a direct connection, or a pooler in session mode.
 consumer/README.md|`vq_consumer` needs a database session of its own for as long as it runs
-consumer/README.md|never through a pooler in transaction or statement mode
+consumer/README.md|Behind a pooler in transaction mode the `LISTEN` is lost
 docs/operations.md|`DROP EXTENSION vq_job CASCADE` **drops those functions and views too**
 docs/operations.md|(handler functions `fn(jsonb)` stay
 docs/reference.md|`DROP EXTENSION vq_job CASCADE` also drops every function of yours whose arguments or result use the extension's types
