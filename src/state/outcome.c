@@ -233,6 +233,24 @@ LogFailure(VqJob *job, VqOutcome *outcome, bool retry, TimestampTz retry_at, con
 }
 
 /*
+ * When a failed attempt is retried: after its backoff, or at the time a
+ * worker's retry asked. (An abandoned or interrupted job keeps its
+ * scheduled_at instead, so it is claimed again at once, ahead of the jobs
+ * that were due after it; a job whose lease expired waits like a failure.)
+ */
+static TimestampTz
+RetryAt(VqJob *job, VqOutcome *outcome, VqQueue *queue, TimestampTz now)
+{
+	VqBackoffStrategy strategy = queue ? queue->backoff_strategy : VQ_BACKOFF_LINEAR;
+	int64		base = queue ? queue->backoff_base_delay_ms : 30000;
+	int64		max = queue ? queue->backoff_max_delay_ms : 3600000;
+
+	if (outcome->retry_at != 0)
+		return Max(outcome->retry_at, now);
+	return TimestampTzPlusMilliseconds(now, VqBackoffDelayMs(strategy, base, max, job->attempt_number + 1));
+}
+
+/*
  * Record a failure, an abandonment or an interruption: re-enqueue when an
  * attempt remains, else dead-letter; one transition (FAILED, ABANDONED or
  * INTERRUPTED) either way. An interrupted job (cut by an orderly stop) is
@@ -248,27 +266,10 @@ VqPersistFailure(VqJob *job, VqOutcome *outcome, VqQueue *queue, TimestampTz now
 	bool		interrupted = outcome->kind == VQ_OUTCOME_INTERRUPTED;
 	bool		retry = interrupted || (job->attempt_number + 1 < job->max_attempts && !outcome->permanent);
 	bool		keeps_place = interrupted || (outcome->kind == VQ_OUTCOME_ABANDONED && !outcome->backoff);
-	TimestampTz next_at = now;
+	TimestampTz next_at = retry && !keeps_place ? RetryAt(job, outcome, queue, now) : now;
 	Datum		values[12];
 	char		nulls[12] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	uint64		written;
-
-	/*
-	 * A failure waits for its backoff (or for the time a worker's retry
-	 * asked), and so does a job whose lease expired; an abandoned or
-	 * interrupted job keeps its scheduled_at, so it is claimed again at once,
-	 * ahead of the jobs that were due after it.
-	 */
-	if (retry && outcome->retry_at != 0)
-		next_at = Max(outcome->retry_at, now);
-	else if (retry && !keeps_place)
-	{
-		VqBackoffStrategy strategy = queue ? queue->backoff_strategy : VQ_BACKOFF_LINEAR;
-		int64		base = queue ? queue->backoff_base_delay_ms : 30000;
-		int64		max = queue ? queue->backoff_max_delay_ms : 3600000;
-
-		next_at = TimestampTzPlusMilliseconds(now, VqBackoffDelayMs(strategy, base, max, job->attempt_number + 1));
-	}
 
 	values[0] = UUIDPGetDatum(&job->execution_id);
 	values[1] = CStringGetTextDatum(retry ? "ENQUEUED" : "DEAD_LETTER");
