@@ -6,7 +6,7 @@
 
 declare -A CMP_NAMES=([vq]=vq_job [vq-defaults]=vq_job [vq-node]=vq_job [graphile]=graphile-worker [pgboss]=pg-boss [sql]="plain SQL")
 
-# The goals of issue 27 (handlers in the application's language), checked in the goal column.
+# The goals of the external-worker protocol (handlers in the application's language), checked in the goal column.
 CMP_GOAL_NODE_PEER=1.3       # Node drain >= 1.3 x the best peer's drain
 CMP_GOAL_NODE_CEIL=0.7       # ... and >= 0.7 x the two-step SQL ceiling's best
 CMP_GOAL_COPROC=20000        # vq_consumer --coprocess, jobs/s
@@ -80,7 +80,7 @@ cmp_row() {
 cmp_table() {
     local -A CELL SCORE
     local s k
-    echo "| workload | vq_job | graphile-worker | pg-boss | plain SQL | vq_job leads | goal (issue 27) |"
+    echo "| workload | vq_job | graphile-worker | pg-boss | plain SQL | vq_job leads | goal |"
     echo "|---|---:|---:|---:|---:|:-:|:-:|"
     for k in enq_api enq_sql batch; do
         CELL=(); SCORE=()
