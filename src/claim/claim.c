@@ -586,15 +586,30 @@ EarliestFutureDueAnywhere(TimestampTz now)
 	return isnull ? VQ_NO_NEXT_DUE : DatumGetTimestampTz(d);
 }
 
+/*
+ * The result of a next-due probe just run (SPI_execute_plan's rc): the
+ * scheduled_at of its one row, or VQ_NO_NEXT_DUE when it found none.
+ */
+TimestampTz
+VqNextDueResult(int rc)
+{
+	bool		isnull;
+
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "vq_job: looking for the next due job failed");
+	if (SPI_processed == 0)
+		return VQ_NO_NEXT_DUE;
+	return DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
 /* The earliest scheduled_at of a queue's level still in the future, or VQ_NO_NEXT_DUE. */
 static TimestampTz
 EarliestFutureDueInLevel(VqQueue *queue, int32 priority, TimestampTz now)
 {
 	static SPIPlanPtr plan = NULL;
 	Datum		values[3] = {queue->name_datum, Int32GetDatum(priority), TimestampTzGetDatum(now)};
-	bool		isnull;
 
-	if (SPI_execute_plan(VqKeepPlan(&plan,
+	return VqNextDueResult(SPI_execute_plan(VqKeepPlan(&plan,
 								  "SELECT scheduled_at FROM vq.job_active"
 								  " WHERE queue OPERATOR(pg_catalog.=) $1"
 								  " AND state OPERATOR(pg_catalog.=) 'ENQUEUED'::vq.job_state"
@@ -602,11 +617,7 @@ EarliestFutureDueInLevel(VqQueue *queue, int32 priority, TimestampTz now)
 								  " AND scheduled_at OPERATOR(pg_catalog.>) $3"
 								  " ORDER BY scheduled_at LIMIT 1",
 								  3, (Oid[]) {TEXTOID, INT4OID, TIMESTAMPTZOID}),
-						 values, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "vq_job: looking for the next due job failed");
-	if (SPI_processed == 0)
-		return VQ_NO_NEXT_DUE;
-	return DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+						 values, NULL, false, 1));
 }
 
 /*

@@ -41,6 +41,9 @@ extern TimestampTz VqNextQueuePoll(TimestampTz now);
 extern bool VqClaimNext(VqRegistry *registry, TimestampTz now, bool use_hint,
 						MemoryContext mcxt, VqClaim *claim);
 
+/* The scheduled_at a next-due probe found (its SPI rc), or VQ_NO_NEXT_DUE. */
+extern TimestampTz VqNextDueResult(int rc);
+
 /* The earliest scheduled_at of an ENQUEUED job still in the future, or VQ_NO_NEXT_DUE. */
 extern TimestampTz VqEarliestFutureDue(VqRegistry *registry, TimestampTz now);
 

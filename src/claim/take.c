@@ -50,6 +50,7 @@
 #include "main/shmem.h"
 #include "main/wake.h"
 #include "util/spi_util.h"
+#include "claim/claim.h"
 #include "claim/claimpos.h"
 #include "claim/inflight.h"
 #include "claim/take.h"
@@ -1000,20 +1001,15 @@ EarliestInLevel(Datum queue, Datum handler, int32 priority, TimestampTz now)
 {
 	static SPIPlanPtr plan = NULL;
 	Datum		values[4] = {queue, handler, Int32GetDatum(priority), TimestampTzGetDatum(now)};
-	bool		isnull;
 
-	if (SPI_execute_plan(VqKeepPlan(&plan,
+	return VqNextDueResult(SPI_execute_plan(VqKeepPlan(&plan,
 									"SELECT scheduled_at FROM vq.job_active"
 									" WHERE queue OPERATOR(pg_catalog.=) $1 AND handler OPERATOR(pg_catalog.=) $2"
 									" AND" VQ_TAKEABLE " AND priority OPERATOR(pg_catalog.=) $3"
 									" AND scheduled_at OPERATOR(pg_catalog.>) $4"
 									" ORDER BY scheduled_at LIMIT 1",
 									4, (Oid[]) {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID}),
-						 values, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "vq_job: looking for the next due job failed");
-	if (SPI_processed == 0)
-		return VQ_NO_NEXT_DUE;
-	return DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+						 values, NULL, false, 1));
 }
 
 /* The same for a lane whose levels are not known (a walk of the lane's index range). */
