@@ -30,7 +30,7 @@ typedef struct VqReply
 	VqReplyKind kind;
 	const char *error;			/* FAIL / RETRY (already cut to the stored length) */
 	TimestampTz retry_at;		/* RETRY: when (0: now) */
-	char	   *ignored;		/* out: why the reply was not applied (NULL: applied) */
+	char	   *ignored;		/* out: why the reply was not applied (NULL: applied); in SPI memory */
 } VqReply;
 
 /*

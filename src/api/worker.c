@@ -358,7 +358,7 @@ vq_reply_jobs(PG_FUNCTION_ARGS)
 	registry = VqRegistryGet();
 	VqConnectAsOwner(registry->owner, &saved);
 	VqApplyReplies(registry, caller, replies, n);	/* (the caller: GetUserId() is the owner now) */
-	VqFinishAsOwner(&saved);
+	/* (before SPI_finish: a reason may live in SPI memory; the store copies each row) */
 	for (int i = 0; i < n; i++)
 	{
 		Datum		row[3];
@@ -371,6 +371,7 @@ vq_reply_jobs(PG_FUNCTION_ARGS)
 		row[2] = CStringGetTextDatum(replies[i].ignored);
 		tuplestore_putvalues(store, desc, row, nulls);
 	}
+	VqFinishAsOwner(&saved);
 	return (Datum) 0;
 }
 
