@@ -181,6 +181,19 @@ class WorkerCore:
     def _room(self, n: int) -> None:
         raise NotImplementedError
 
+    def _drop_pending(self) -> None:
+        """The reply connection is gone for good: forget the replies, logs and progress not sent."""
+        n = 0
+        while self._replies:
+            job = self._replies.popleft()[0]
+            if self._held.pop(job.id, None) is not None:
+                n += 1
+        self._room(n)
+        self._logs.clear()
+        self._progress.clear()
+        if n:
+            logger.error("%d replies could not be sent: those jobs are retried when their leases expire", n)
+
     def _release(self, job: Job) -> None:
         if not job._done:
             job._done = True

@@ -477,18 +477,6 @@ class Worker(WorkerCore):
                                                P.plain_array(j.attempt for j in chunk), self.lease]).fetchall()
             self._extended(chunk, rows, now)
 
-    def _drop_pending(self) -> None:
-        n = 0
-        while self._replies:
-            job = self._replies.popleft()[0]
-            if self._held.pop(job.id, None) is not None:
-                n += 1
-        self._room(n)
-        self._logs.clear()
-        self._progress.clear()
-        if n:
-            logger.error("%d replies could not be sent: those jobs are retried when their leases expire", n)
-
     def _reconnect_reply(self, err: Exception, exiting: bool) -> bool:
         """A new reply connection after a failure; False to give up (when stopping, after a few tries)."""
         delay = RECONNECT_MIN
